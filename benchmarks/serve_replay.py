@@ -33,7 +33,7 @@ from radixflow.bench.serve_clients import make_traffic
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.setup import load_model
+from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError
@@ -111,7 +111,7 @@ def round_figures(history: Sequence[Any], start: int) -> dict[str, float | None]
     }
 
 
-def main() -> None:
+def arguments() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3_5-small")
     ap.add_argument("--clients", type=positive_int, default=64)
@@ -125,16 +125,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.model, args.clients, args.rounds, args.fill = "qwen3_5-tiny", 4, 5, 3
-    torch.set_num_threads(args.threads)
-    try:
-        options = EngineOptions.from_mapping(
-            # radixflow: the policy docs/serving.md's figures were measured under (adaptive: the default now)
-            {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul, "policy": "radixflow"},
-            model=args.model,
-        )
-        model = load_model(options)
-    except ProblemError as e:  # an unknown model or matmul plan: one line, as radixflow's own flags
-        ap.error(str(e))
+    return ap, args
+
+
+def measure(model: LoadedModel, args: argparse.Namespace) -> tuple[dict, cProfile.Profile | None]:
+    """Fill the engine with ``args.clients`` clients, run ``args.fill`` rounds, then time
+    ``args.rounds`` more: the figures, and the profile of the timed rounds where asked for."""
     engine = model.engine()
     load_before = os.getloadavg()[0]
     clients = Clients(model, engine, args.clients)
@@ -164,7 +160,12 @@ def main() -> None:
         "run_queue_s": queued,
         "machine": machine(load_before),
     }
-    m = figures["machine"]
+    return figures, profile
+
+
+def report(figures: dict) -> None:
+    m, rounds, done = figures["machine"], figures["rounds"], figures["requests"]
+    wall, cpu, queued = figures["wall_s"], figures["cpu_s"], figures["run_queue_s"]
     print(
         f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before,"
         f" {m['load_1min_after']:.1f} after"
@@ -181,6 +182,22 @@ def main() -> None:
         f"{per_round} per round; engine thread CPU {per_request} per request "
         f"(wall {wall:.1f} s = CPU {cpu:.1f} + run queue {queued:.1f} + asleep {wall - cpu - queued:.1f})"
     )
+
+
+def main() -> None:
+    ap, args = arguments()
+    torch.set_num_threads(args.threads)
+    try:
+        options = EngineOptions.from_mapping(
+            # radixflow: the policy docs/serving.md's figures were measured under (adaptive: the default now)
+            {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul, "policy": "radixflow"},
+            model=args.model,
+        )
+        model = load_model(options)
+    except ProblemError as e:  # an unknown model or matmul plan: one line, as radixflow's own flags
+        ap.error(str(e))
+    figures, profile = measure(model, args)
+    report(figures)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         config = vars(args) | {"json": str(args.json)}

@@ -68,7 +68,7 @@ def ask_echo(http: httpx.Client, model: str, job: Job) -> tuple[list[float], int
 MODES = {"score": ask_score, "echo": ask_echo}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen3_5-small")
     ap.add_argument("--candidates", type=positive_int, default=64)
@@ -82,30 +82,36 @@ def main() -> None:
     if args.smoke:
         args.model, args.candidates, args.context_len, args.candidate_len = "qwen3_5-tiny", 2, 24, 3
         args.repeat = 1
+    return args
+
+
+Seen = dict[str, list[tuple[float, float, int]]]  # per mode: (wall s, server CPU s, bytes) per repeat
+
+
+def timings(http: httpx.Client, pid: int, args: argparse.Namespace) -> tuple[Seen, bool]:
+    """Each repeat's fresh job asked both ways, the order alternating: what each way took, and
+    whether every candidate's two totals agreed within ``args.atol``."""
     rng = random.Random(0)
-    load_before = load()
-    serve = [args.model, "--torch-threads", "1", "--max-pending", str(max(64, 2 * args.candidates))]
-    proc, url = serve_process(serve, 600)
-    try:
-        with httpx.Client(base_url=url, timeout=600) as http:
-            vocab = http.get("/tokenizer_info").json()["vocab_size"]
-            seen: dict[str, list[tuple[float, float, int]]] = {m: [] for m in MODES}
-            agree = True
-            for rep in range(args.repeat):
-                context, cands = fresh(rng, args, vocab)  # one job per repeat, asked both ways
-                order = list(MODES)[rep % 2 :] + list(MODES)[: rep % 2]
-                totals = {}
-                for mode in order:
-                    job = (f"{rep}-{mode}", context, cands)  # a namespace of its own: nothing cached
-                    cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
-                    totals[mode], size = MODES[mode](http, args.model, job)
-                    wall, cpu = time.perf_counter() - t0, cpu_seconds(proc.pid) - cpu0
-                    seen[mode].append((wall, cpu, size))
-                pairs = zip(totals["score"], totals["echo"], strict=True)
-                agree = agree and all(abs(a - b) <= args.atol for a, b in pairs)
-    finally:
-        proc.terminate()
-        proc.wait()
+    vocab = http.get("/tokenizer_info").json()["vocab_size"]
+    seen: Seen = {m: [] for m in MODES}
+    agree = True
+    for rep in range(args.repeat):
+        context, cands = fresh(rng, args, vocab)  # one job per repeat, asked both ways
+        order = list(MODES)[rep % 2 :] + list(MODES)[: rep % 2]
+        totals = {}
+        for mode in order:
+            job = (f"{rep}-{mode}", context, cands)  # a namespace of its own: nothing cached
+            cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+            totals[mode], size = MODES[mode](http, args.model, job)
+            wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+            seen[mode].append((wall, cpu, size))
+        pairs = zip(totals["score"], totals["echo"], strict=True)
+        agree = agree and all(abs(a - b) <= args.atol for a, b in pairs)
+    return seen, agree
+
+
+def table(seen: Seen, args: argparse.Namespace) -> dict:
+    """Print each way's medians against `score`'s; the figures printed, by mode."""
     figures = {}
     base = tuple(statistics.median(run[i] for run in seen["score"]) for i in (0, 1))  # wall, cpu
     shape = f"{args.candidates} candidates of {args.candidate_len} tokens after {args.context_len}"
@@ -127,6 +133,21 @@ def main() -> None:
         cpu_x = f"{cpu / base[1]:.2f}" if base[1] else "-"
         spread = f"{min(walls):6.3f}-{max(walls):.3f}"
         print(f"{mode:8} {wall:8.3f} {spread:>14} {cpu:13.2f} {size:10d} {wall / base[0]:7.2f} {cpu_x:>7}")
+    return figures
+
+
+def main() -> None:
+    args = arguments()
+    load_before = load()
+    serve = [args.model, "--torch-threads", "1", "--max-pending", str(max(64, 2 * args.candidates))]
+    proc, url = serve_process(serve, 600)
+    try:
+        with httpx.Client(base_url=url, timeout=600) as http:
+            seen, agree = timings(http, proc.pid, args)
+    finally:
+        proc.terminate()
+        proc.wait()
+    figures = table(seen, args)
     load_after = load()  # read once: the load printed is the one written
     print(f"totals agree within {args.atol}: {agree}; load before {load_before}, after {load_after}")
     config = vars(args) | {"json": None}

@@ -58,7 +58,7 @@ def same_choices(llm: LLM, params: SamplingParams, prompt: list[int]) -> bool:
     return [o.token_ids for o in together] == [o.token_ids for o in alone]
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3_5-small")
     ap.add_argument("--n", type=positive_int, default=8, help="choices per prompt")
@@ -72,6 +72,23 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.model, args.n, args.context_len, args.gen_tokens, args.repeat = "qwen3_5-tiny", 3, 40, 3, 1
+    return args
+
+
+def cpu_seconds(modes: dict, repeat: int) -> dict[str, list[float]]:
+    """Each mode's process CPU seconds per repeat, the modes' order rotating repeat by repeat."""
+    seconds: dict[str, list[float]] = {m: [] for m in MODES}
+    for rep in range(repeat):
+        order = MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]
+        for mode in order:
+            t = time.process_time()
+            modes[mode]()
+            seconds[mode].append(time.process_time() - t)
+    return seconds
+
+
+def main() -> None:
+    args = arguments()
     llm = LLM(args.model, torch_threads=args.torch_threads, seed=0)
     params = SamplingParams(
         max_tokens=args.gen_tokens, temperature=args.temperature, seed=1, ignore_eos=True, n=args.n
@@ -80,13 +97,7 @@ def main() -> None:
     modes = runs(llm, params, args.context_len, rng)
     modes["n"]()  # warm-up: first calls build kernels and plans
     load_before = os.getloadavg()
-    seconds: dict[str, list[float]] = {m: [] for m in MODES}
-    for rep in range(args.repeat):
-        order = MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]
-        for mode in order:
-            t = time.process_time()
-            modes[mode]()
-            seconds[mode].append(time.process_time() - t)
+    seconds = cpu_seconds(modes, args.repeat)
     load_after = os.getloadavg()
     same = same_choices(llm, params, [rng.randrange(3, VOCAB) for _ in range(args.context_len)])
     base = statistics.median(seconds["n"])

@@ -110,7 +110,7 @@ def namespaces_metric(url: str) -> float:
     return float(next(x.split()[1] for x in text.splitlines() if x.startswith("radixflow_cache_namespaces ")))
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # no client, or no request, sends nothing: memory stays flat and the run reads as a pass
     ap.add_argument("--requests", type=positive_int, default=1500, help="requests in all (default 1500)")
@@ -127,32 +127,43 @@ def main() -> None:
         args.requests, args.warmup, args.every, args.clients = 40, 20, 10, 2
     if not 0 < args.warmup < args.requests or args.every < 1:
         ap.error("--warmup must be between 0 and --requests, --every at least 1")
+    return args
+
+
+def drive(url: str, pid: int, args: argparse.Namespace) -> tuple[list[int], list[float]]:
+    """Send the warm-up, then the rest ``args.every`` at a time, reading the server's RSS after
+    each batch: (answered, failed) in all, and the RSS series from the end of the warm-up (MB)."""
+    ok, bad = asyncio.run(send(url, args.model, args.warmup, args.clients, args.salt_bytes))
+    counts, series = [ok, bad], [rss_mb(pid)]
+    for done in range(args.warmup, args.requests, args.every):
+        n = min(args.every, args.requests - done)
+        ok, bad = asyncio.run(send(url, args.model, n, args.clients, args.salt_bytes, first=done))
+        counts = [counts[0] + ok, counts[1] + bad]
+        series.append(rss_mb(pid))
+    return counts, series
+
+
+def main() -> None:
+    args = arguments()
     options = EngineOptions(model=args.model, kv_blocks=args.kv_blocks, state_slots=64, token_budget=256)
     proc, url = spawn(options)
     began = time.monotonic()
     try:
         rss_start = rss_mb(proc.pid)
-        ok1, bad1 = asyncio.run(send(url, args.model, args.warmup, args.clients, args.salt_bytes))
-        series = [rss_mb(proc.pid)]
-        ok2 = bad2 = 0
-        for done in range(args.warmup, args.requests, args.every):
-            n = min(args.every, args.requests - done)
-            ok, bad = asyncio.run(send(url, args.model, n, args.clients, args.salt_bytes, first=done))
-            ok2, bad2 = ok2 + ok, bad2 + bad
-            series.append(rss_mb(proc.pid))
+        (answered, failed), series = drive(url, proc.pid, args)
         seconds = time.monotonic() - began
-        rss_warm, rss_end = series[0], series[-1]
         metric = namespaces_metric(url)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
+    rss_warm, rss_end = series[0], series[-1]
     figures = Figures(
         requests=args.requests,
         warmup=args.warmup,
         salt_bytes=args.salt_bytes,
         kv_blocks=args.kv_blocks,
-        answered=ok1 + ok2,
-        failed=bad1 + bad2,
+        answered=answered,
+        failed=failed,
         seconds=round(seconds, 1),
         rss_start_mb=round(rss_start, 1),
         rss_after_warmup_mb=round(rss_warm, 1),

@@ -117,7 +117,8 @@ def _range(bounds: list[float] | None, scale: float, fmt: str) -> str:
     return "-" if bounds is None else f"{scale * bounds[0]:{fmt}}-{scale * bounds[1]:{fmt}}"
 
 
-def main() -> None:
+def arguments() -> tuple[argparse.Namespace, list[str]]:
+    """This script's flags, and the rest (serve_load's)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--variant",
@@ -136,19 +137,12 @@ def main() -> None:
         args.repeat, load_args = 1, [*load_args, "--smoke"]
     if not args.variant:
         ap.error("the following arguments are required: --variant")
-    for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main
-        if (tree := imported_tree(v)) != v.tree:
-            raise SystemExit(f"{v.label}: a server would import radixflow from {tree}, not {v.tree}")
-    runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in args.variant}
-    tmp = args.json.with_suffix(".runs")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for i in range(args.repeat):
-        for v in args.variant:
-            runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
-    table = medians(runs)
-    ref = table[args.variant[0].label]
-    ref_label = args.variant[0].label
-    print(f"\nmedians of {args.repeat} interleaved runs (lost, errors: totals); ratios against {ref_label}")
+    return args, load_args
+
+
+def print_table(table: dict[str, dict], ref_label: str, repeat: int) -> None:
+    ref = table[ref_label]
+    print(f"\nmedians of {repeat} interleaved runs (lost, errors: totals); ratios against {ref_label}")
     head = ("variant", "req/s", "spread", "x", "TTFT p50", "spread", "x", "CPU/req", "lost", "errors", "load")
     print("{:14s} {:>8s} {:>13s} {:>6s} {:>10s} {:>11s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
     for label, row in table.items():
@@ -163,6 +157,21 @@ def main() -> None:
             f"{row['server_cpu_ms_per_request'] or float('nan'):7.0f}ms "
             f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}"
         )
+
+
+def main() -> None:
+    args, load_args = arguments()
+    for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main
+        if (tree := imported_tree(v)) != v.tree:
+            raise SystemExit(f"{v.label}: a server would import radixflow from {tree}, not {v.tree}")
+    runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in args.variant}
+    tmp = args.json.with_suffix(".runs")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for i in range(args.repeat):
+        for v in args.variant:
+            runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
+    table = medians(runs)
+    print_table(table, args.variant[0].label, args.repeat)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     variants = [{"label": v.label, "tree": str(v.tree), "flags": list(v.flags)} for v in args.variant]
     args.json.write_text(

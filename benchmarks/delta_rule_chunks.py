@@ -127,7 +127,7 @@ def native_kernels() -> NativeKernels | None:
     return kernels if isinstance(kernels, NativeKernels) else None
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heads", type=positive_int, default=8)
     ap.add_argument("--dk", type=positive_int, default=64)
@@ -135,7 +135,31 @@ def main() -> None:
     ap.add_argument("--repeats", type=positive_int, default=9)
     ap.add_argument("--json", type=Path, default=Path("results/delta_rule_chunks.json"))
     ap.add_argument("--smoke", action="store_true", help="two cases, small heads, one repeat (CI)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def run_case(name: str, lengths: list[int], args: argparse.Namespace, native: NativeKernels | None) -> dict:
+    """Time one case at every chunk size (and the native scan), print its line: the case's
+    figures."""
+    measured = measure(lengths, args.heads, args.dk, args.dv, args.repeats, native)
+    by_chunk = {c: r for c, r in measured.items() if isinstance(c, int)}
+    pick = pick_chunk([[n] for n in lengths], args.heads, args.dk, args.dv)
+    best = min(by_chunk, key=lambda c: by_chunk[c]["ms"])
+    cols = "  ".join(f"{c}: {_cell(r)} ({r['rows']} rows, {r['steps']} steps)" for c, r in by_chunk.items())
+    scan = f"  native {_cell(measured['native'])}" if "native" in measured else ""
+    print(f"{name:<26} {cols}  pick {pick}  fastest {best}{scan}", flush=True)
+    return {
+        "case": name,
+        "lengths": lengths,
+        "by_chunk": by_chunk,
+        "native": measured.get("native"),
+        "pick": pick,
+        "fastest": best,
+    }
+
+
+def main() -> None:
+    args = arguments()
     cases = {k: CASES[k] for k in SMOKE_CASES} if args.smoke else CASES
     if args.smoke:
         args.heads, args.dk, args.dv, args.repeats = 2, 16, 16, 1
@@ -146,31 +170,13 @@ def main() -> None:
         f"{args.repeats}; load average {load_before[0]:.2f} before"
     )
     native = native_kernels()
-    results, total = [], {"picked": 0.0, "best": 0.0, "64": 0.0, "native": 0.0}
-    for name, lengths in cases.items():
-        measured = measure(lengths, args.heads, args.dk, args.dv, args.repeats, native)
-        by_chunk = {c: r for c, r in measured.items() if isinstance(c, int)}
-        pick = pick_chunk([[n] for n in lengths], args.heads, args.dk, args.dv)
-        best = min(by_chunk, key=lambda c: by_chunk[c]["ms"])
-        cols = "  ".join(
-            f"{c}: {_cell(r)} ({r['rows']} rows, {r['steps']} steps)" for c, r in by_chunk.items()
-        )
-        scan = f"  native {_cell(measured['native'])}" if "native" in measured else ""
-        print(f"{name:<26} {cols}  pick {pick}  fastest {best}{scan}", flush=True)
-        total["picked"] += by_chunk[pick]["ms"]
-        total["best"] += by_chunk[best]["ms"]
-        total["64"] += by_chunk[64]["ms"]
-        total["native"] += measured["native"]["ms"] if "native" in measured else 0.0
-        results.append(
-            {
-                "case": name,
-                "lengths": lengths,
-                "by_chunk": by_chunk,
-                "native": measured.get("native"),
-                "pick": pick,
-                "fastest": best,
-            }
-        )
+    results = [run_case(name, lengths, args, native) for name, lengths in cases.items()]
+    total = {"picked": 0.0, "best": 0.0, "64": 0.0, "native": 0.0}
+    for r in results:
+        total["picked"] += r["by_chunk"][r["pick"]]["ms"]
+        total["best"] += r["by_chunk"][r["fastest"]]["ms"]
+        total["64"] += r["by_chunk"][64]["ms"]
+        total["native"] += r["native"]["ms"] if r["native"] is not None else 0.0
     print(
         f"sum over cases: picked {total['picked']:.1f} ms, fastest per case {total['best']:.1f} ms, "
         f"always 64 {total['64']:.1f} ms"

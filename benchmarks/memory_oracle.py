@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -235,17 +236,11 @@ def run_from_args(args: argparse.Namespace) -> None:
         shapes["chat"] = replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)
         args.models, args.workloads, args.fractions, args.seeds = ["qwen3_5-2b"], ["chat"], [0.25], [0]
     rows = []
-    for model in args.models:
-        for name in args.workloads:
-            for seed in args.seeds:
-                for fraction in args.fractions:
-                    row = cell(model, args.hardware, name, seed, fraction, shapes)
-                    rows.append(row)
-                    print(
-                        " ".join(
-                            f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-                        )
-                    )
+    grid = itertools.product(args.models, args.workloads, args.seeds, args.fractions)
+    for model, name, seed, fraction in grid:
+        row = cell(model, args.hardware, name, seed, fraction, shapes)
+        rows.append(row)
+        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     if args.json:
         args.json.write_text(json.dumps({"cells": rows}, indent=2))
 

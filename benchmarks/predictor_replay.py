@@ -19,6 +19,7 @@ a per-round noise. ``window=32,gain=0,pairs=0`` is the fit as it was before the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -34,8 +35,9 @@ from radixflow.bench.twin_runs import POLICIES, run_one
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.costmodel.round_cost.fitted_rates import fit_features
 from radixflow.costmodel.round_cost.online_fit import OnlineFit, nominal_prior, nominal_rates
-from radixflow.options import EngineOptions, plan_engine
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.runners import sim as sim_runner
+from radixflow.scheduler.request import Request
 from radixflow.workloads.build import build_workload
 
 PROFILE = Path(__file__).resolve().parent.parent / "experiments" / "profiles" / "cpu.json"
@@ -85,6 +87,12 @@ def sim_rounds(family: str, profile: Path, workloads: list[str], repeats: int) -
         seen.append(fit_features(self.spec, sim_runner.chunk_shapes(batch.chunks)))
         return runner_run(self, batch)
 
+    def rounds(setup: EngineSetup, requests: list[Request], key: tuple) -> tuple[list[Round], float]:
+        seen.clear()
+        engine, _ = run_one(setup, key[1], requests)
+        times = [r.worker_call_s for r in engine.rounds]
+        return [Round(family, key, f, t) for f, t in zip(seen, times, strict=True)], engine.now
+
     sim_runner.SimRunner.run = run  # type: ignore[method-assign]
     out, rate = [], None
     try:
@@ -92,16 +100,11 @@ def sim_rounds(family: str, profile: Path, workloads: list[str], repeats: int) -
             spec = workload_spec(name, SHAPE, plan.choice.vocab_size, rate)
             requests = build_workload(spec).requests
             setup = plan.build([len(r.prompt) for r in requests])
-            for repeat in range(repeats):
-                for policy in POLICIES:
-                    seen.clear()
-                    engine, _ = run_one(setup, policy, requests)
-                    times = [r.worker_call_s for r in engine.rounds]
-                    out += [
-                        Round(family, (name, policy, repeat), f, t) for f, t in zip(seen, times, strict=True)
-                    ]
-                    if name == "grouped" and policy == "native":  # Poisson at half native's rate
-                        rate = MEDIUM_LOAD * len(requests) / engine.now
+            for repeat, policy in itertools.product(range(repeats), POLICIES):
+                taken, now = rounds(setup, requests, (name, policy, repeat))
+                out += taken
+                if name == "grouped" and policy == "native":  # Poisson at half native's rate
+                    rate = MEDIUM_LOAD * len(requests) / now
     finally:
         sim_runner.SimRunner.run = runner_run  # type: ignore[method-assign]
     return out

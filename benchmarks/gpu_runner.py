@@ -106,6 +106,19 @@ def prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int) -> d
     }
 
 
+def agreement(ours: list[Request], tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[bool, float]:
+    """Whether every greedy token equals transformers', and the largest |Δ logprob| up to the
+    first token that differs in each request."""
+    equal, diff = True, 0.0
+    for i, req in enumerate(ours):
+        for j, s in enumerate(req.output_logprobs):
+            if s.token != int(tokens[i, j]):
+                equal = False
+                break
+            diff = max(diff, abs(s.logprob - logprobs[i, j, s.token].item()))
+    return equal, diff
+
+
 def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repeats: int) -> dict[str, Any]:
     runner = setup.runner
     g = torch.Generator().manual_seed(n)
@@ -147,14 +160,7 @@ def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repea
     short = [(r.id, len(r.output), r.error) for r in t["ours"]["out"] if len(r.output) != gen]
     if short:  # a failed round ends its requests early: their rate would count tokens never made
         raise SystemExit(f"decode {n}: requests did not generate {gen} tokens: {short[:3]}")
-    tokens, logprobs = t["transformers"]["out"]
-    equal, diff = True, 0.0
-    for i, req in enumerate(t["ours"]["out"]):
-        for j, s in enumerate(req.output_logprobs):
-            if s.token != int(tokens[i, j]):
-                equal = False
-                break
-            diff = max(diff, abs(s.logprob - logprobs[i, j, s.token].item()))
+    equal, diff = agreement(t["ours"]["out"], *t["transformers"]["out"])
     return {
         "mode": f"decode {n}",
         "ours_tok_s": n * gen / t["ours"]["s"],
@@ -165,7 +171,7 @@ def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repea
     }
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default=None, help="cuda (the default), or cpu for a dry run")
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA where supported), float32, ...")
@@ -187,13 +193,52 @@ def main() -> int:
         args.models, args.prefill, args.requests, args.repeats = ["qwen3_5-tiny"], [16, 8], [2], 1
         args.prompt_len, args.generate = 8, 2
     args.device = args.device or "cuda"
+    return args
+
+
+def measure_model(
+    model: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> list[dict]:
+    """Prefill and each decode case of ``model``, ours against transformers, each row printed."""
+    from transformers import AutoModelForCausalLM
+
+    path = ensure_model(model)
+    longest = max(args.prompt_len + args.generate, max(args.prefill))
+    block_size = EngineOptions().block_size
+    blocks = max(args.requests) * (-(-longest // block_size) + 1) + 16
+    options = EngineOptions(
+        model=str(path),
+        runner="torch",
+        device=str(device),
+        dtype=args.dtype,
+        token_budget=8192,
+        max_requests=max(args.requests),
+        kv_blocks=blocks,
+        state_slots=4 * max(args.requests) + 16,
+    )
+    setup = plan_engine(options).build()
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
+    rows = [prefill(setup.runner, hf, args.prefill, args.repeats)]
+    rows += [decode(setup, hf, n, args.prompt_len, args.generate, args.repeats) for n in args.requests]
+    for r in rows:
+        ours, theirs = r["ours_tok_s"], r["transformers_tok_s"]
+        diff = r.get("max_abs_logit_diff", r.get("max_abs_logprob_diff"))
+        print(
+            f"{model:<18}{r['mode']:<11} ours {ours:9.0f} tok/s  transformers {theirs:9.0f} tok/s"
+            f"  {r['ratio']:5.2f}x  greedy-equal {r['greedy_equal']!s:<5}  max|Δ| {diff:.1e}",
+            flush=True,
+        )
+    return rows
+
+
+def main() -> int:
+    args = arguments()
     try:
         device = check_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
     except DeviceError as e:
         print(f"gpu_runner: {e}: nothing measured", file=sys.stderr)
         return NO_DEVICE
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -203,36 +248,8 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     results = []
     for model in args.models:
-        path = ensure_model(model)
-        longest = max(args.prompt_len + args.generate, max(args.prefill))
-        block_size = EngineOptions().block_size
-        blocks = max(args.requests) * (-(-longest // block_size) + 1) + 16
-        options = EngineOptions(
-            model=str(path),
-            runner="torch",
-            device=str(device),
-            dtype=args.dtype,
-            token_budget=8192,
-            max_requests=max(args.requests),
-            kv_blocks=blocks,
-            state_slots=4 * max(args.requests) + 16,
-        )
-        setup = plan_engine(options).build()
-        runner = setup.runner
-        hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
-        rows = [prefill(runner, hf, args.prefill, args.repeats)]
-        rows += [decode(setup, hf, n, args.prompt_len, args.generate, args.repeats) for n in args.requests]
-        for r in rows:
-            ours, theirs = r["ours_tok_s"], r["transformers_tok_s"]
-            diff = r.get("max_abs_logit_diff", r.get("max_abs_logprob_diff"))
-            print(
-                f"{model:<18}{r['mode']:<11} ours {ours:9.0f} tok/s  transformers {theirs:9.0f} tok/s"
-                f"  {r['ratio']:5.2f}x  greedy-equal {r['greedy_equal']!s:<5}  max|Δ| {diff:.1e}",
-                flush=True,
-            )
-        results.append({"model": model, "rows": rows})
-        del runner, setup, hf
-        if device.type == "cuda":
+        results.append({"model": model, "rows": measure_model(model, args, device, dtype)})
+        if device.type == "cuda":  # the model and its runner went with measure_model's frame
             torch.cuda.empty_cache()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     meta = {

@@ -209,7 +209,8 @@ def execute(
     on_cell: Callable[[Pending, CellResult], None] | None = None,
     code: str | None = None,
 ) -> list[CellResult]:
-    """Results of every cell in config order; finished cells come from the cache. Each cell run
+    """Results of every cell in config order; finished cells come from the cache (``on_start`` is
+    told how many listings it answers and how many cells run). Each cell run
     is stamped with ``code``, what computed it (`source_digest`; None: this package's), since a
     cell's key leaves the code out: a re-run tells cells cached by other code from its own."""
     code = source_digest() if code is None else code
@@ -219,8 +220,9 @@ def execute(
     pending = [Pending(k, c) for k, c in cells if to_run(c, k, cache, labels)]
     # a cell listed twice (grids sharing it) runs once; but once per trace it writes, as only a run writes one
     pending = list({(p.key, p.cell.settings["trace_out"]): p for p in pending}.values())
-    if on_start is not None:
-        on_start(len(config.cells), len(pending))
+    if on_start is not None:  # listings of a cell run now (two grids share it) are not cached
+        run_now = {p.key for p in pending}
+        on_start(sum(k not in run_now for k in keys), len(pending))
     if pending:
         stream = (
             _ray(pending, config.variants, options.ray_address, options.torch_cpus)

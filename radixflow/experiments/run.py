@@ -69,8 +69,8 @@ def run_experiment(
     with progress_bar(progress_console or Console(stderr=True)) as progress:
         task = progress.add_task(config.name, total=None)
 
-        def on_start(total: int, pending: int) -> None:
-            progress.update(task, total=pending, description=f"{config.name}: {total - pending} cached")
+        def on_start(cached: int, pending: int) -> None:
+            progress.update(task, total=pending, description=f"{config.name}: {cached} cached")
 
         def on_cell(p: Pending, result: dict[str, Any]) -> None:
             ran.add(p.key)

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         check_partial("--output", output, inputs | {"--trace-out": trace})
         # asdict's fields (the partial's digest as before), the body uncopied: asdict recursed too deep
         answers = ({**vars(line)} for line in lines)
-        record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
+        record = run_record("run-batch", answers, _row_options(options, config), _row_limits(options, config))
         lines, kept = _go_on(output, args.restart, record, lines)
         options, config = _settled(args, options, config)
         model = load_model(options)
@@ -194,9 +194,22 @@ def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tupl
     return lines, kept.only(lambda row: not again(row))
 
 
+# beside the engine's `ROW_LIMITS`, the server's limit that decides whether a body fits at all: a
+# body of more engine requests than it queues is answered 400 ('the server queues N')
+ROW_SERVER_LIMITS = ("max_pending",)
 # what `_go_on` says of the error answers it drops where they came from a run under other limits
-_LIMIT_FLAGS = ", ".join(flag_spellings(EngineOptions)[name] for name in ROW_LIMITS)
+_LIMIT_FLAGS = ", ".join(
+    [flag_spellings(EngineOptions)[name] for name in ROW_LIMITS]
+    + [flag_spellings(ServerConfig)[name] for name in ROW_SERVER_LIMITS]
+)
 OTHER_LIMITS = f"of an error (4xx or 5xx) under other {_LIMIT_FLAGS}"
+
+
+def _row_limits(options: EngineOptions, config: ServerConfig) -> dict[str, Any]:
+    """What decides whether a line fits (`run_record`'s ``limits``): `ROW_LIMITS` and
+    `ROW_SERVER_LIMITS`, by flag."""
+    spell = flag_spellings(ServerConfig)
+    return row_limits(options) | {spell[name]: getattr(config, name) for name in ROW_SERVER_LIMITS}
 
 
 # beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens

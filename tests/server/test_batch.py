@@ -840,3 +840,22 @@ def test_an_error_answer_has_a_string_request_id():
     assert error["response"]["request_id"] == "batch_req_3" == error["id"]
     answer = batch.output_line(line, 200, {"id": "cmpl-1", "choices": []})
     assert answer["response"]["request_id"] == "cmpl-1"
+
+
+def test_a_kept_refusal_under_another_max_pending_is_posted_again(zoo, tmp_path, capsys, monkeypatch):
+    """A body of more engine requests than --max-pending queues is answered 400 ('2 candidates in
+    one request; the server queues 1'); kept from a run cut short, it stayed refused when the
+    command went on under a --max-pending it fits (the limits recorded were the cache's alone)."""
+    scoring = {"model": MODEL, "context": "Q: yes?\nA:", "candidates": [" yes", " no"]}
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(batch_line("two", "/v1/score", scoring) + "\n" + completion("c", "Request") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]
+    _cut_short_after_one_answer(monkeypatch, [*argv, "--max-pending", "1"])
+    assert "the server queues 1" in (tmp_path / "out.jsonl.partial").read_text()
+    capsys.readouterr()
+    assert main([*argv, "--max-pending", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "1 answer of an error (4xx or 5xx) under other --token-budget" in err and "--max-pending" in err
+    rows = map(json.loads, out.read_text().splitlines())
+    statuses = {row["custom_id"]: row["response"]["status_code"] for row in rows}
+    assert statuses == {"two": 200, "c": 200}

@@ -859,3 +859,17 @@ def test_a_kept_refusal_under_another_max_pending_is_posted_again(zoo, tmp_path,
     rows = map(json.loads, out.read_text().splitlines())
     statuses = {row["custom_id"]: row["response"]["status_code"] for row in rows}
     assert statuses == {"two": 200, "c": 200}
+
+
+def test_a_body_is_posted_in_as_many_bytes_as_its_utf8_text_takes():
+    """Bodies were posted with every non-ASCII character escaped (é: 6 bytes, where the file holds
+    2; an emoji 12 for 4) and ", "/": " separators, so --max-body-bytes answered 413 for a body
+    the file holds in a third of the limit, which serve takes from a client sending it as UTF-8.
+    A lone surrogate (an escape the file may hold, no UTF-8 character) is still posted escaped."""
+    from radixflow.server.batch import encoded
+
+    body = {"model": MODEL, "prompt": "é😀" * 100, "max_tokens": 1}
+    utf8 = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    assert len(encoded(body)) <= len(utf8) and json.loads(encoded(body)) == body
+    lone = {"model": MODEL, "prompt": "a\ud800b"}
+    assert json.loads(encoded(lone)) == lone

@@ -194,9 +194,10 @@ def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tupl
     return lines, kept.only(lambda row: not again(row))
 
 
-# beside the engine's `ROW_LIMITS`, the server's limit that decides whether a body fits at all: a
-# body of more engine requests than it queues is answered 400 ('the server queues N')
-ROW_SERVER_LIMITS = ("max_pending",)
+# beside the engine's `ROW_LIMITS`, the server's limits that decide whether a body is run at all,
+# never what its answer holds: a body of more engine requests than it queues is answered 400
+# ('the server queues N'), one past the size it reads 413
+ROW_SERVER_LIMITS = ("max_pending", "max_body_bytes")
 # what `_go_on` says of the error answers it drops where they came from a run under other limits
 _LIMIT_FLAGS = ", ".join(
     [flag_spellings(EngineOptions)[name] for name in ROW_LIMITS]
@@ -212,9 +213,9 @@ def _row_limits(options: EngineOptions, config: ServerConfig) -> dict[str, Any]:
     return row_limits(options) | {spell[name]: getattr(config, name) for name in ROW_SERVER_LIMITS}
 
 
-# beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens
-# of a chat body without one, and the size past which a body is answered 413
-ROW_SERVER_OPTIONS = ("default_max_tokens", "max_body_bytes")
+# beside the engine's (`ROW_OPTIONS`), the server option that changes an answer: the max_tokens
+# of a chat body without one
+ROW_SERVER_OPTIONS = ("default_max_tokens",)
 
 
 def _row_options(options: EngineOptions, config: ServerConfig) -> dict[str, Any]:

@@ -873,3 +873,23 @@ def test_a_body_is_posted_in_as_many_bytes_as_its_utf8_text_takes():
     assert len(encoded(body)) <= len(utf8) and json.loads(encoded(body)) == body
     lone = {"model": MODEL, "prompt": "a\ud800b"}
     assert json.loads(encoded(lone)) == lone
+
+
+def test_a_kept_413_under_another_max_body_bytes_is_posted_again_and_the_rest_kept(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    """--max-body-bytes decides only whether a body is read (413), never an answer's content, yet
+    a run that went on under another was refused ('computed with --max-body-bytes 1024, not ...';
+    --restart: every answer computed again). Now it is a limit: a kept refusal is posted again."""
+    long = {"model": MODEL, "prompt": "word " * 400, "max_tokens": 1}
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(batch_line("long", "/v1/completions", long) + "\n" + completion("c", "Request") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    _cut_short_after_one_answer(monkeypatch, [*argv, "--max-body-bytes", "1024"])
+    assert '"status_code": 413' in (tmp_path / "out.jsonl.partial").read_text()
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 answer of an error (4xx or 5xx) under other" in err and "--max-body-bytes" in err
+    rows = map(json.loads, out.read_text().splitlines())
+    assert {row["custom_id"]: row["response"]["status_code"] for row in rows} == {"long": 200, "c": 200}

@@ -82,10 +82,17 @@ def read_trace(
 
 
 def _lines(path: str | Path) -> Iterator[tuple[str, str]]:
-    """("file:line", text) for each line, decoded one line at a time (exact line numbers)."""
+    """("file:line", text) for each line, decoded one line at a time (exact line numbers). A
+    line ends as text mode ends it (and `cli.lines_out.read_input`, for the other JSONL inputs):
+    at a newline, a carriage return and a newline, or a lone carriage return (in JSON one can
+    only stand between values)."""
+    lineno = 0
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            yield f"{path}:{lineno}", _decode(raw, f"{path}:{lineno}", first=lineno == 1)
+        for raw in f:
+            text = _decode(raw, f"{path}:{lineno + 1}", first=lineno == 0)
+            for line in text.removesuffix("\n").removesuffix("\r").split("\r"):
+                lineno += 1
+                yield f"{path}:{lineno}", line
 
 
 def _decode(raw: bytes, where: str, first: bool) -> str:

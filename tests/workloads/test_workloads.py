@@ -227,6 +227,19 @@ def test_trace_with_a_utf8_byte_order_mark_is_read(tmp_path):
     assert [r.id for r in read_trace(path).requests] == ["a"]
 
 
+@pytest.mark.parametrize("end", ["\r\n", "\r"])
+def test_a_trace_s_lines_end_as_text_mode_ends_them_and_are_named_so(tmp_path, end):
+    """Lines ended by a lone carriage return (as score --input and run-batch read them, and text
+    mode does) were one line: 't.jsonl:1: not valid JSON (Extra data)', the fault of no line."""
+    path = tmp_path / "t.jsonl"
+    rows = ['{"id": "a", "prompt": [1]}', '{"id": "b", "prompt": [2]}', '{"id": "c", "prompt": "x"}']
+    path.write_bytes(end.join(rows[:2]).encode() + end.encode())
+    assert [r.id for r in read_trace(path).requests] == ["a", "b"]
+    path.write_bytes((end.join(rows) + end).encode())
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: 'prompt' must be"):
+        read_trace(path)
+
+
 def test_trace_namespace_null_no_longer_merges_with_the_string_none(tmp_path):
     path = tmp_path / "t.jsonl"
     rows = [

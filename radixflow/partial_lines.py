@@ -5,6 +5,7 @@ beside `files`, whose writers it uses)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -92,7 +93,9 @@ class PartialLock:
         return self
 
     def _open(self) -> tuple[int, bool]:
-        """The record file opened (made where there is none), and whether this made it."""
+        """The record file opened (made where there is none), and whether this made it. A broken
+        symbolic link in its place is an OSError: it can be neither made (the link exists) nor
+        opened (what it names does not), which was tried forever."""
         while True:
             try:
                 return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
@@ -101,7 +104,8 @@ class PartialLock:
             try:
                 return os.open(self.path, os.O_RDWR), False
             except FileNotFoundError:  # removed in between: make it
-                continue
+                if os.path.islink(self.path):
+                    raise OSError(errno.ENOENT, "a broken symbolic link", str(self.path)) from None
 
     def _is(self, fd: int) -> bool:
         """Whether ``fd`` is the file at the record's path still."""

@@ -192,3 +192,22 @@ def test_a_partial_file_is_held_by_one_run_at_a_time_and_a_killed_holder_holds_n
     assert record_path(partial).exists()  # the killed run's file is left: it locks nothing
     with PartialLock(partial):
         pass
+
+
+def test_a_record_path_that_is_a_broken_link_is_an_error_not_a_loop(tmp_path, monkeypatch):
+    """A broken symbolic link where the record goes (its target removed) could neither be made
+    (it exists) nor opened (what it names does not): the lock tried both forever, and run-batch
+    or score --input hung at full CPU before a line was read. Now it is an OSError saying so."""
+    partial = tmp_path / "out.jsonl.partial"
+    record_path(partial).symlink_to(tmp_path / "gone" / "meta")
+    opened, open_ = [], os.open
+
+    def counted(*args, **kwargs):  # the loop, bounded: it failed here, where it hung
+        opened.append(args[0])
+        assert len(opened) < 100, "the record's path was opened over and over"
+        return open_(*args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    with pytest.raises(OSError, match="a broken symbolic link"), PartialLock(partial):
+        pass
+    assert record_path(partial).is_symlink()  # the user's link is theirs: left as it was

@@ -893,3 +893,20 @@ def test_a_kept_413_under_another_max_body_bytes_is_posted_again_and_the_rest_ke
     assert "1 answer of an error (4xx or 5xx) under other" in err and "--max-body-bytes" in err
     rows = map(json.loads, out.read_text().splitlines())
     assert {row["custom_id"]: row["response"]["status_code"] for row in rows} == {"long": 200, "c": 200}
+
+
+@pytest.mark.parametrize(
+    ("row", "said"),
+    [
+        ({"method": "POST", "url": {"model": MODEL, "prompt": "x" * 10_000}}, "url: one of"),
+        ({"method": ["POST"] * 10_000, "url": "/v1/score"}, "method: only POST is supported"),
+    ],
+)
+def test_a_bad_method_or_url_is_said_back_cut_short(row, said):
+    """A body pasted where the url goes (or any large value) was echoed whole in the one-line
+    error: megabytes on stderr. Now the value said back is cut, as a trace's are."""
+    from radixflow.server.batch import BatchInputError, read_batch
+
+    with pytest.raises(BatchInputError, match=said) as caught:
+        read_batch(json.dumps({"custom_id": "a", **row, "body": {}}) + "\n")
+    assert len(str(caught.value)) < 200 and str(caught.value).endswith("…")

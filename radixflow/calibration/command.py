@@ -179,7 +179,8 @@ def _store_own_fits(
             warn(f"{model}'s round profile not stored: {e.strerror or e}")  # the run's results stand
             continue
         threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
-        matmul = f"--matmul {settings.matmul}" if settings.matmul else "torch's own matmul"
+        # a run on --matmul auto runs the stored routes (`TorchRunner._route_matmuls`)
+        matmul = f"--matmul {settings.matmul} or auto" if settings.matmul else "torch's own matmul"
         console.print(
             f"{model}: round predictor profile stored in {path}; the torch runner starts from it on "
             f"this machine for this model in {plan.dtype} on {plan.device} with {threads}, the "

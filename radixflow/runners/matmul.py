@@ -42,7 +42,7 @@ class MatmulPlan:
     """Backend name per shape class (in `SHAPE_CLASSES` order), and how it was chosen."""
 
     choices: tuple[str, ...]
-    source: str  # "measured" or "given"
+    source: str  # "measured", "given" or "calibrated" (a stored profile's, `matmul_measure`)
     # seconds per probe call, per measured class and backend (measured plans only)
     timings: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
 

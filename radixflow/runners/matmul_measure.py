@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixflow.problems import Problem
 from radixflow.runners.linear_backends import BACKENDS, LinearBackend
-from radixflow.runners.matmul import MatmulPlan
-from radixflow.runners.matmul_plan import SHAPE_CLASSES
+from radixflow.runners.matmul import MatmulPlan, unusable
+from radixflow.runners.matmul_plan import SHAPE_CLASSES, parse_choices
 
 AUTO_MEASURED = ("single", "decode")
 # The probe weight is the dominant shape, or a slice of it for a large model: at most this many
@@ -83,6 +84,18 @@ def measure_plan(weight: torch.Tensor, repeats: int = 9) -> MatmulPlan:
         choices.append(min(times, key=lambda n: times[n] * (1.0 + MARGIN if BACKENDS[n].packs else 1.0)))
         timings.append((cls.name, tuple(sorted(times.items()))))
     return MatmulPlan(tuple(choices), "measured", tuple(timings))
+
+
+def calibrated_plan(routes: str | None) -> MatmulPlan | None:
+    """The plan a stored profile was timed on (``routes`` as `MatmulPlan.routes` writes them),
+    where "auto" may run it instead of measuring: it parses, its backends run here and the classes
+    "auto" does not measure keep MKL (a hand-edited file cannot move prefill off it); else None."""
+    choices = None if routes is None else parse_choices(routes)
+    if choices is None or isinstance(choices, Problem):
+        return None
+    plan = MatmulPlan(choices, "calibrated")
+    kept = all(n == "mkl" for c, n in zip(SHAPE_CLASSES, choices, strict=True) if c.name not in AUTO_MEASURED)
+    return plan if kept and not unusable(plan) else None
 
 
 def _evictor() -> Callable[[], object]:

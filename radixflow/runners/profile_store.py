@@ -5,8 +5,10 @@ its round predictor's prior. The store sits beside the zoo's models (`models.zoo
 so ``$RADIXFLOW_CACHE`` moves both): ``<cache>/round_profiles/<machine>/<model>.json``. A file
 names the machine it was measured on in full, with how the runner computed its rounds there (the
 decode-step kernels and the CPU GEMM plan, as the runner resolved ``auto``: they change what a
-round costs); one whose machine or settings differ is not used. A file stored before the kernels
-and the plan joined the key sits under another directory name, which no runner looks in.
+round costs); one whose machine or settings differ is not used (a runner on ``--matmul auto``
+runs the routes of its model's newest stored profile instead of measuring: `stored_routes`). A
+file stored before the kernels and the plan joined the key sits under another directory name,
+which no runner looks in.
 """
 
 from __future__ import annotations
@@ -114,6 +116,40 @@ def stored_profiles(checkpoint: str | Path, root: Path | None = None) -> list[Pa
 
     prefix = model_identity(checkpoint, "").removesuffix("-")  # <directory name>-<config.json hash>
     return sorted((root or default_cache_dir()).glob(f"{STORE_DIR}/*/{glob.escape(prefix)}-*.json"))
+
+
+def stored_routes(
+    checkpoint: str | Path, dtype: str, device: str, threads: int, kernels: str, root: Path | None = None
+) -> str | None:
+    """The matmul routes of the newest usable profile stored for the checkpoint's model in
+    ``dtype`` on this machine at ``threads`` on ``kernels``, whatever routes it was timed on (None:
+    none is stored). ``--matmul auto`` measures a plan at each start, and on a busy machine the
+    measurement does not pick the same plan every time: a run on ``auto`` runs these routes, so it
+    finds the profile calibrate stored. A file that cannot be read or used names nothing."""
+    from radixflow.models.zoo import default_cache_dir
+
+    model = model_identity(checkpoint, dtype)
+    machine = machine_identity(device, threads, RunnerSettings(kernels, None))
+    found = []
+    for path in (root or default_cache_dir()).glob(f"{STORE_DIR}/*/{glob.escape(model)}.json"):
+        try:
+            routes, written = _routes_in(path, model, machine), path.stat().st_mtime_ns
+        except (OSError, ProfileError):
+            continue
+        if routes is not None:
+            found.append((written, str(path), routes))
+    return max(found)[2] if found else None
+
+
+def _routes_in(path: Path, model: str, machine: dict[str, Any]) -> str | None:
+    """The matmul routes of the profile in ``path`` where it is ``model``'s on ``machine`` (its
+    routes aside) and usable as `load_stored` reads it; else None."""
+    data = _read_json(path)
+    stored = data.get("machine") if isinstance(data, dict) else None
+    if not isinstance(stored, dict) or data.get("model") != model or {**stored, "matmul": None} != machine:
+        return None
+    profile_from_dict(data.get("profile"), "under 'profile'")  # one `load_stored` refuses names nothing
+    return stored["matmul"] if isinstance(stored["matmul"], str) else None
 
 
 def store_key(

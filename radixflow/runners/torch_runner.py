@@ -21,8 +21,8 @@ from radixflow.models.layers import use_kernels
 from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan
-from radixflow.runners.matmul_measure import dominant_weight, measure_plan
-from radixflow.runners.profile_store import RunnerSettings, load_stored, store_key
+from radixflow.runners.matmul_measure import calibrated_plan, dominant_weight, measure_plan
+from radixflow.runners.profile_store import RunnerSettings, load_stored, store_key, stored_routes
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor
 from radixflow.runners.sampler import Sampler, SampleRow
@@ -84,7 +84,7 @@ class TorchRunner:
         self.batched_decode = batched_decode
         self.clock = round_clock(clock)
         self.device, self.dtype, self.block_size = device, dtype, block_size
-        self.matmul = self._route_matmuls(given)
+        self.matmul = self._route_matmuls(given, path if predict_rounds else None)
         self.kv, self.state = self._pools(num_blocks, num_slots)
         eos = eos_token_ids(path, self.net.config)
         self.sampler = Sampler(seed, eos)
@@ -143,16 +143,25 @@ class TorchRunner:
         """The stored profile of this model on this machine, timed on these kernels and matmul
         routes, as the prior, else the nominal one."""
         threads = self.threads
-        key = store_key(path, str(self.dtype).removeprefix("torch."), self.device, threads, self.settings())
+        key = store_key(path, self._dtype_name(), self.device, threads, self.settings())
         return make_predictor(path, label or Path(path).name, load_stored(key), threads)
 
-    def _route_matmuls(self, given: MatmulPlan | None) -> MatmulRouter | None:
-        """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan,
-        or one measured now, once, on the model's dominant weight shape."""
+    def _route_matmuls(self, given: MatmulPlan | None, stored_for: str | Path | None) -> MatmulRouter | None:
+        """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan; on
+        "auto", the routes of the newest profile stored for the model at ``stored_for`` (a
+        predicting runner: a plan measured now may differ from the one its prior was timed on,
+        which is then not found); else one measured now, once, on the model's dominant weight
+        shape (calibrate's runner measures: a new calibration may time a better plan)."""
         weight = dominant_weight(self.net)
         if not routes_matmuls(self.device, self.dtype) or weight is None:
             return None
+        if given is None and stored_for is not None:
+            dtype, kernels = self._dtype_name(), self.kernels.name
+            given = calibrated_plan(stored_routes(stored_for, dtype, self.device, self.threads, kernels))
         return install(self.net, given if given is not None else measure_plan(weight))
+
+    def _dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
 
     def _round(self, fb: ForwardBatch) -> contextlib.AbstractContextManager[None]:
         """Tell the matmul router whether this forward is a decode-only round."""

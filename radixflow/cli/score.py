@@ -175,6 +175,9 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
         raise UsageError(f"--context: {EMPTY_CONTEXT}")
     if not candidates:
         raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
+    empty = next((i for i, c in enumerate(args.candidate) if not c), None)
+    if empty is not None:  # by its flag, before the model loads (as an empty --context)
+        raise UsageError(f"--candidate: candidate {empty} is empty")
     return None, candidates
 
 

@@ -122,7 +122,7 @@ def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
     cells = [c.strip() for c in first_row.strip("│").split("│")]  # rank, candidate, ..., greedy, cached
     assert cells[-2:] == ["yes" if best.greedy else "", str(best.cached_tokens)]
     assert main(["score", MODEL, "--context", "a", "--candidate", ""]) == 2
-    assert "candidate 0: is empty" in capsys.readouterr().err
+    assert "--candidate: candidate 0 is empty" in capsys.readouterr().err
     assert main([*argv[:-2], "--chat", "--candidate", " yes", "--json"]) == 0
     chat = json.loads(capsys.readouterr().out)
     (reply,) = llm.score([{"role": "user", "content": CONTEXT}], [" yes"])
@@ -1016,3 +1016,17 @@ def test_a_conversation_context_on_a_model_without_a_chat_template_is_told_to_gi
         str(e.value) == "this model has no chat template: give the context as text or token ids, not messages"
     )
     assert e.value.param == "context"
+
+
+def test_an_empty_candidate_flag_is_refused_by_its_flag_before_the_model_loads(monkeypatch, capsys):
+    # it was "candidate 1: is empty" once the model had loaded (minutes for a large one), where
+    # an empty --context and an empty --candidates-file line are refused up front, by their flag
+    from radixflow.cli import main
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(LLM, "from_options", no_load)
+    assert main(["score", MODEL, "--context", "a", "--candidate", " b", "--candidate", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "radixflow: error: --candidate: candidate 1 is empty\n"

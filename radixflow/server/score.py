@@ -116,7 +116,7 @@ async def score(body: ScoreRequest, http: HttpRequest) -> Response:
         context_len, items = await while_connected(http, state.offload(prepare, body, state))
         submission = state.submit(items, stream=False)
     envelope = Envelope.new(response_id("score", http), state.model_name)
-    finals = await answers(http, submission)
+    finals = await answers(http, submission, item="candidate")  # as its other errors name one
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
     outputs = [f.output for f in finals if f.output is not None]

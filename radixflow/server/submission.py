@@ -110,15 +110,17 @@ async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission:
         raise
 
 
-async def answers(http: HttpRequest, submission: Submission, n: int = 1) -> list[Final] | None:
+async def answers(
+    http: HttpRequest, submission: Submission, n: int = 1, item: str = "prompt"
+) -> list[Final] | None:
     """Every choice's `Final`, in order (``n`` per prompt); None when the client left first
     (nobody reads an answer). The first choice without an answer is raised as the error the whole
-    response becomes."""
+    response becomes, naming its prompt as ``item`` ("candidate 2: " on the score route)."""
     try:
         finals = await unless_disconnected(http, submission.finals(), submission)
     except ClientGone:
         return None
-    error = failure(finals, n)
+    error = failure(finals, n, item)
     if error is not None:
         raise error
     return finals
@@ -129,19 +131,21 @@ async def _disconnect(http: HttpRequest) -> None:
         pass
 
 
-def failure(finals: list[Final], n: int = 1) -> ApiError | None:
+def failure(finals: list[Final], n: int = 1, item: str = "prompt") -> ApiError | None:
     """The first choice without an answer, as the error the whole response becomes."""
     bad = next((f for f in finals if f.output is None), None)
     if bad is None:
         return None
-    return ApiError(bad.status, where(bad.index, len(finals) // n, n) + (bad.error or "request failed"))
+    said = where(bad.index, len(finals) // n, n, item) + (bad.error or "request failed")
+    return ApiError(bad.status, said)
 
 
-def where(index: int, prompts: int, n: int) -> str:
+def where(index: int, prompts: int, n: int, item: str = "prompt") -> str:
     """The prefix naming item ``index`` (``prompt * n + choice``) in an error: "prompt 2: ",
-    "choice 1: ", "prompt 2: choice 1: ", or nothing when the response has one item."""
+    "choice 1: ", "prompt 2: choice 1: ", or nothing when the response has one item (``item``:
+    what a prompt is called, "candidate" on the score route)."""
     prompt, choice = divmod(index, n)
-    names = [f"prompt {prompt}"] if prompts > 1 else []
+    names = [f"{item} {prompt}"] if prompts > 1 else []
     names += [f"choice {choice}"] if n > 1 else []
     return "".join(f"{name}: " for name in names)
 

@@ -321,6 +321,20 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     assert [d["total_logprob"] for d in replies] == pytest.approx([w.total for w in offline], abs=1e-3)
 
 
+def test_a_failed_score_names_the_candidate_not_a_prompt(zoo):
+    # a candidate that failed in the engine was "prompt 0: ..." where every other error of the
+    # route names it "candidate 0: ..."
+    def lost(batch: object) -> None:
+        raise RuntimeError("device lost")
+
+    with running_server(ServerConfig(max_pending=8)) as running:
+        running.on_engine(lambda e: setattr(e.runner, "run", lost))
+        body = {"model": MODEL, "context": "Hello there.", "candidates": [" a", " b"]}
+        r = running.http().post("/v1/score", json=body)
+    error = r.json()["error"]
+    assert r.status_code == 500 and error["message"].startswith("candidate 0: worker call failed"), error
+
+
 @pytest.mark.parametrize(
     ("change", "param", "message"),
     [

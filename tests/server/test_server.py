@@ -321,18 +321,21 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     assert [d["total_logprob"] for d in replies] == pytest.approx([w.total for w in offline], abs=1e-3)
 
 
-def test_a_failed_score_names_the_candidate_not_a_prompt(zoo):
+def test_a_failed_score_names_the_candidate_not_a_prompt(served):
     # a candidate that failed in the engine was "prompt 0: ..." where every other error of the
     # route names it "candidate 0: ..."
     def lost(batch: object) -> None:
         raise RuntimeError("device lost")
 
-    with running_server(ServerConfig(max_pending=8)) as running:
-        running.on_engine(lambda e: setattr(e.runner, "run", lost))
+    served.on_engine(lambda e: setattr(e.runner, "run", lost))  # a failed round: the loop goes on
+    try:
         body = {"model": MODEL, "context": "Hello there.", "candidates": [" a", " b"]}
-        r = running.http().post("/v1/score", json=body)
+        r = served.http().post("/v1/score", json=body)
+    finally:
+        served.on_engine(lambda e: delattr(e.runner, "run"))  # the class's own again
     error = r.json()["error"]
     assert r.status_code == 500 and error["message"].startswith("candidate 0: worker call failed"), error
+    assert served.http().post("/v1/score", json=body).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,7 @@ def _score(
         llm = LLM.from_options(options)
         if jobs is None:  # --context and --candidate; an --input file may hold token ids
             require_tokenizer(llm, "--context and --candidate are text, which need", TOKEN_IDS_BY_FILE)
+            _require_template(args, llm)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
             bar = RequestBar(progress, "scoring")
@@ -179,6 +180,13 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     if empty is not None:  # by its flag, before the model loads (as an empty --context)
         raise UsageError(f"--candidate: candidate {empty} is empty")
     return None, candidates
+
+
+def _require_template(args: argparse.Namespace, llm: LLM) -> None:
+    """`UsageError` naming ``--chat`` for a model without a chat template: the API's refusal
+    says to give the context as text, which is what the command line gave beside the flag."""
+    if args.chat and not llm.tokenizer.chat.available:
+        raise UsageError("--chat: this model has no chat template (drop --chat to score the context as text)")
 
 
 def _failed(kept: KeptRows | None) -> int:

@@ -1030,3 +1030,22 @@ def test_an_empty_candidate_flag_is_refused_by_its_flag_before_the_model_loads(m
     assert main(["score", MODEL, "--context", "a", "--candidate", " b", "--candidate", ""]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == "radixflow: error: --candidate: candidate 1 is empty\n"
+
+
+def test_chat_on_a_model_without_a_chat_template_is_told_to_drop_the_flag(zoo, capsys, tmp_path):
+    # it was the API's advice, "give the context as text or token ids, not messages", to a
+    # command line that gave text and --chat
+    import shutil
+
+    from radixflow.cli import main
+    from radixflow.models.zoo import ensure_model
+
+    model = tmp_path / "no-template"
+    shutil.copytree(ensure_model(MODEL), model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    assert main(["score", str(model), "--context", "a", "--chat", "--candidate", " b"]) == 2
+    err = capsys.readouterr().err
+    said = "--chat: this model has no chat template (drop --chat to score the context as text)"
+    assert err == f"radixflow: error: {said}\n"

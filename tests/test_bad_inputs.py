@@ -698,6 +698,9 @@ SAME_BAD_VALUE = [
     ("max_tokens", -1, "-1", "-1"),
     ("min_tokens", 9, "9", "9"),
     ("truncate_prompt_tokens", 0, "0", "0"),
+    # digits of another script: Python's int() reads them, a JSON body has them only as a string
+    ("max_tokens", "\u0661\u0662", "\u0661\u0662", '"\u0661\u0662"'),
+    ("top_p", "\uff11", "\uff11", '"\uff11"'),
 ]
 # Where a door may word a field otherwise, and why: a chat reply is at least one token (OpenAI's rule)
 OWN_RULE = {("chat", "max_tokens")}

@@ -10,6 +10,7 @@ import argparse
 
 from radixflow.generation.params import MAX_CHOICES, SamplingParams, unsent_max_tokens
 from radixflow.options.flags import add_engine_flags, parse_float, parse_int
+from radixflow.options.numerals import read_int
 from radixflow.problems import flag
 
 DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each prompt's room
@@ -183,11 +184,8 @@ def token_bias(text: str) -> tuple[int | str, float]:
     token, sep, bias = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
-    try:
-        key: int | str = int(token)
-    except ValueError:
-        key = token
-    return key, parse_float(bias)
+    number = read_int(token)
+    return (token if number is None else number), parse_float(bias)
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -17,6 +17,7 @@ from typing import Any
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
 from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
+from radixflow.options.numerals import read_float, read_int
 from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
@@ -78,19 +79,20 @@ def not_stdin(text: str) -> Path:
 
 
 def parse_int(text: str) -> int:
-    """argparse type: an integer (its range is checked where the option is validated)."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {text!r}") from None  # as `type_problem`
+    """argparse type: an integer in ASCII digits (`read_int`; its range is checked where the
+    option is validated)."""
+    value = read_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {text!r}")  # as `type_problem`
+    return value
 
 
 def parse_float(text: str) -> float:
-    """argparse type: a finite number (nan and inf refused; the range is checked elsewhere)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {text!r}") from None
+    """argparse type: a finite number in ASCII digits (`read_float`; nan and inf refused; the
+    range is checked elsewhere)."""
+    value = read_float(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {text!r}")
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {text}")
     return value
@@ -107,18 +109,16 @@ class Unparsed:
         return repr(self.text)
 
 
-def _lenient(kind: type) -> Any:
+def _lenient(read: Callable[[str], Any]) -> Any:
     def parse(text: str) -> Any:
-        try:
-            return kind(text)
-        except ValueError:
-            return Unparsed(text)
+        value = read(text)
+        return Unparsed(text) if value is None else value
 
     return parse
 
 
 # an option flag's text in its option's type; nan, inf and choices are refused by the one check
-PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str, Bytes: str}
+PARSERS: dict[type, Any] = {int: _lenient(read_int), float: _lenient(read_float), str: str, Bytes: str}
 
 
 def add_engine_flags(

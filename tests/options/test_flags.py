@@ -179,6 +179,8 @@ def test_the_cpu_clock_off_a_cpu_is_warned_about(monkeypatch):
         ("--fixed-cost-ms", "abc", "fixed_cost_ms", "abc"),
         ("--round-overhead-ms", "nan", "fixed_cost_ms", math.nan),
         ("--tflops", "inf", "tflops", math.inf),
+        ("--kv-blocks", "\u0661\u0662", "kv_blocks", "\u0661\u0662"),  # Python's int() reads it as 12
+        ("--tflops", "\uff11\uff12", "tflops", "\uff11\uff12"),
     ],
 )
 def test_a_bad_flag_is_refused_in_the_words_of_every_other_door(capsys, flag, text, name, value):

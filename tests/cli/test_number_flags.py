@@ -1,0 +1,79 @@
+"""A number typed on the command line: every way a flag reads one (an engine option's flag, a
+server limit's, generate's sampling flags, bench's own limits, a list of ids, TOKEN=BIAS) reads
+the same text the same way, and says a refusal as the other doors say it, in one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from radixflow.cli import main
+
+
+class Accepted(Exception):
+    """Raised where a command would go on to load a model or draw a workload: the flags passed."""
+
+
+def _accepted(*_: Any, **__: Any) -> None:
+    raise Accepted
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """``main(argv)``'s exit code (0: every check passed) and its standard error's lines."""
+    import radixflow.cli.bench as bench
+    import radixflow.cli.serve as serve
+    from radixflow.generation import LLM
+
+    monkeypatch.setattr(LLM, "from_options", _accepted)
+    monkeypatch.setattr(bench, "load_workload", _accepted)
+    monkeypatch.setattr(serve, "refuse_setup", _accepted)
+
+    def go(argv: list[str]) -> tuple[int, list[str]]:
+        try:
+            code = main(argv)
+        except Accepted:
+            code = 0
+        return code, capsys.readouterr().err.strip().splitlines()
+
+    return go
+
+
+GENERATE = ["generate", "qwen3_5-tiny", "--prompt", "hi"]
+SERVE = ["serve", "qwen3_5-tiny"]
+# (the command before the flag, the flag, what it reads: an integer or a number), one of each way
+# a flag's text becomes a number
+NUMBER_FLAGS = [
+    (["bench"], "--kv-blocks", "an integer"),  # an engine option's flag
+    (["bench"], "--tflops", "a number"),
+    (["bench"], "--repeat", "an integer"),  # bench's own, with its range
+    (["bench", "--arrival", "poisson"], "--rate", "a number"),
+    (GENERATE, "--max-tokens", "an integer"),  # generate's sampling flags
+    (GENERATE, "--temperature", "a number"),
+    (GENERATE, "--stop-token-ids", "an integer"),
+    (SERVE, "--max-pending", "an integer"),  # a server limit's flag
+    (SERVE, "--drain-timeout", "a number"),
+]
+# digits of other scripts, which Python's int() and float() read (int("١٢") == 12): a JSON body,
+# a TOML cell and LLM(...) take numbers in ASCII only, and refuse this text as a string
+FOREIGN_DIGITS = ["\u0661\u0662", "\uff11\uff12", "\u0967"]
+
+
+@pytest.mark.parametrize(("before", "flag", "kind"), NUMBER_FLAGS)
+@pytest.mark.parametrize("text", FOREIGN_DIGITS)
+def test_digits_of_another_script_are_refused_as_every_other_door_refuses_them(run, before, flag, kind, text):
+    code, err = run([*before, f"{flag}={text}"])
+    assert (code, err) == (2, [f"radixflow: error: {flag}: must be {kind}, got {text!r}"])
+
+
+def test_a_logit_bias_token_in_digits_of_another_script_is_no_token_id(run):
+    code, err = run([*GENERATE, "--logit-bias", "\u0661\u0662=1"])
+    assert (code, err) == (2, ["radixflow: error: --logit-bias: keys must be token ids, got '\u0661\u0662'"])
+
+
+@pytest.mark.parametrize(("before", "flag", "kind"), NUMBER_FLAGS)
+def test_what_python_reads_as_a_number_in_ascii_is_still_taken(run, before, flag, kind):
+    """Underscores between digits (TOML's 1_000, Python's too) and spaces around are kept."""
+    for text in ("1_00", " 100 ", "+100"):
+        assert run([*before, f"{flag}={text}"])[0] == 0, (flag, text)

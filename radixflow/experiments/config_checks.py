@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.options import option_problem
+from radixflow.problems import NOT_FINITE
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
@@ -175,5 +176,5 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
     if isinstance(value, bool) or not isinstance(value, kind):
         name = TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
         raise fail(origin, key, f"must be {name}, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise fail(origin, key, f"must be finite, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # as every door says it
+        raise fail(origin, key, f"{NOT_FINITE}, got {value!r}")

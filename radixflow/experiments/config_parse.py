@@ -30,6 +30,7 @@ from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
 from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
 from radixflow.options import EngineOptions, option_problem
+from radixflow.options.numerals import written_float
 
 
 def _variant(text: Any, origin: str) -> Variant:
@@ -151,7 +152,7 @@ def load_config(
 ) -> ExperimentConfig:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(), parse_float=written_float)  # 1e400 refused as written
     except OSError as e:
         raise ExperimentConfigError(f"cannot read config {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, ValueError) as e:  # TOMLDecodeError; an integer past Python's 4300 digits

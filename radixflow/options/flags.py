@@ -93,8 +93,8 @@ def parse_float(text: str) -> float:
     value = read_float(text)
     if value is None:
         raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {text!r}")
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {text}")
+    if not math.isfinite(value):  # a `Written`: the text as typed
+        raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {value!r}")
     return value
 
 

@@ -1,12 +1,42 @@
-"""A number as a user types it as text (a flag's value): Python's own grammar (``int``, ``float``:
-a sign, underscores between digits, spaces around), in ASCII only.
+"""A number as a user types it as text (a flag's value, a TOML float): Python's own grammar
+(``int``, ``float``: a sign, underscores between digits, spaces around), in ASCII only.
 
 Python reads the digits of every script: ``int("١٢")`` is 12 and ``float("１.５")`` 1.5. A flag
 took them, where every other door (a JSON body, a TOML cell, ``LLM(...)``) has numbers in ASCII
-digits only and refuses such text as a string; a flag now refuses it in those words. Pure.
+digits only and refuses such text as a string; a flag now refuses it in those words.
+
+A float no float holds (``1e400`` reads as inf) keeps its text (`Written`), so a refusal quotes
+what the user wrote, not ``inf``. Pure.
 """
 
 from __future__ import annotations
+
+import math
+
+SHOWN_CHARS = 40  # as `problems.shown` cuts a value quoted back: the message stays short
+
+
+class Written(float):
+    """A non-finite float read from text, which repr gives back as written (cut where long):
+    ``1e400``, not ``inf``. The checks refuse every non-finite number, so none is ever kept."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> Written:
+        made = super().__new__(cls, value)
+        made.text = text.strip()
+        return made
+
+    def __repr__(self) -> str:
+        text = self.text
+        return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def written_float(text: str) -> float:
+    """``float(text)``, a non-finite one as `Written` (tomllib's ``parse_float``: TOML's own
+    grammar has been checked). Raises ValueError as ``float`` does."""
+    value = float(text)
+    return value if math.isfinite(value) else Written(value, text)
 
 
 def read_int(text: str) -> int | None:
@@ -25,6 +55,6 @@ def read_float(text: str) -> float | None:
     if not text.isascii():
         return None
     try:
-        return float(text)
+        return written_float(text)
     except ValueError:
         return None

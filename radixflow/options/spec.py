@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from radixflow.options.numerals import Written
 from radixflow.options.sizes import EXAMPLES, MAX_MEMORY, Bytes, parse_size, read_size, show_size
 from radixflow.problems import Problem, ProblemError, number_problem, shown
 from radixflow.scheduler.sampling_checks import plain
@@ -60,7 +61,8 @@ def checked(cls: type[T], data: Mapping[str, Any]) -> T:
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     # a number of numpy's (a sweep's np.arange) as the Python int or float it is, as
     # `SamplingParams` takes one: "must be an integer, got np.int64(64)" said 64 is none
-    data = {key: plain(value) for key, value in data.items()}
+    # (a `Written` float, 1e400 as typed, as it is: refused, in the words the user wrote)
+    data = {key: value if isinstance(value, Written) else plain(value) for key, value in data.items()}
     for key, value in data.items():
         if key not in known:
             raise ProblemError(Problem(key, f"unknown option (known: {', '.join(known)})"))

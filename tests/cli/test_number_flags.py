@@ -77,3 +77,15 @@ def test_what_python_reads_as_a_number_in_ascii_is_still_taken(run, before, flag
     """Underscores between digits (TOML's 1_000, Python's too) and spaces around are kept."""
     for text in ("1_00", " 100 ", "+100"):
         assert run([*before, f"{flag}={text}"])[0] == 0, (flag, text)
+
+
+FLOAT_FLAGS = [(before, flag) for before, flag, kind in NUMBER_FLAGS if kind == "a number"]
+
+
+@pytest.mark.parametrize(("before", "flag"), FLOAT_FLAGS)
+@pytest.mark.parametrize("text", ["1e400", "-1E400", "Infinity", "NaN"])
+def test_a_number_no_float_holds_is_quoted_as_typed(run, before, flag, text):
+    """``--tflops 1e400`` was refused as "got inf", a value the user never typed (float() reads
+    1e400 as inf), where ``--temperature 1e400`` said "got 1e400"."""
+    code, err = run([*before, f"{flag}={text}"])
+    assert (code, err) == (2, [f"radixflow: error: {flag}: must be a finite number, got {text}"])

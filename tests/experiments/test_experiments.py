@@ -469,6 +469,29 @@ def test_an_integer_python_cannot_read_is_one_line_naming_the_file(tmp_path: Pat
         load_config(bad)
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("tflops = 1e400", "defaults.tflops"),
+        ("fixed_cost_ms = -1E+400", "defaults.fixed_cost_ms"),
+        ("independent_share = 1_0e400", "defaults.independent_share"),
+        ("workload.rate = 1e400", "defaults.workload.rate"),
+    ],
+)
+def test_a_number_no_float_holds_is_quoted_as_written(tmp_path: Path, line: str, key: str):
+    # tomllib reads 1e400 as inf: the cell was refused as "got inf", a value nobody wrote (a
+    # flag says "got 1e400"), and a workload's number as "must be finite" in words of its own
+    config = tmp_path / "t.toml"
+    work = 'groups = 2\ncandidates = 2\narrival = "poisson"'
+    if line.startswith("workload."):
+        work, line = f"{work}\n{line.removeprefix('workload.')}", ""
+    config.write_text(f'name = "t"\n[defaults]\nmodel = "qwen3_5-2b"\n{line}\n[defaults.workload]\n{work}\n')
+    written = line.partition(" = ")[2] or "1e400"
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(config)
+    assert str(info.value) == f"{config}: {key}: must be a finite number, got {written}"
+
+
 @pytest.mark.parametrize("value", ["[" * 3000 + "]" * 3000, "{a = " * 3000 + "1" + "}" * 3000])
 def test_a_value_nested_past_the_parser_is_one_line_naming_the_file(tmp_path: Path, value: str):
     # tomllib recurses per bracket and raised RecursionError: `radixflow experiment` a traceback

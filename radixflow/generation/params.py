@@ -80,7 +80,8 @@ class SamplingParams(TokenSamplingParams):
             return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
         if base == NO_ALLOWED_TOKEN and self.bad_words:
             return Problem("bad_words", "ban every one of the allowed_token_ids", ("allowed_token_ids",))
-        if base == short_choices_problem(self.min_tokens) and self.guided_choice:
+        # (guided choices first: only then is min_tokens within max_tokens, a number to spell)
+        if self.guided_choice and base == short_choices_problem(self.min_tokens):
             return short_choices_problem(self.min_tokens, "guided_choice")
         if base is not None:
             return base
@@ -110,15 +111,17 @@ class SamplingParams(TokenSamplingParams):
                 return Problem(name, f"at most {limit} characters of {what} in all, got {chars}")
         k = self.truncate_prompt_tokens
         if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
-            return Problem("truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {k!r}")
+            return Problem(
+                "truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {shown(k)}"
+            )
         if self.guided_choice and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with guided_choice", GUIDED)
         for name in ("include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
-                return Problem(name, f"must be true or false, got {getattr(self, name)!r}")
+                return Problem(name, f"must be true or false, got {shown(getattr(self, name))}")
         n = self.n
         if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
-            return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")
+            return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {shown(n)}")
         return None
 
     def context_problem(self, context: int) -> Problem | None:
@@ -126,7 +129,9 @@ class SamplingParams(TokenSamplingParams):
         nothing): a truncation past it, as vLLM refuses one (no prompt that long can run)."""
         k = self.truncate_prompt_tokens
         if isinstance(k, int) and k > context:
-            return Problem("truncate_prompt_tokens", f"{k} is more than the model context of {context}")
+            return Problem(
+                "truncate_prompt_tokens", f"{shown(k)} is more than the model context of {context}"
+            )
         return None
 
     def truncated(self, prompt: list[int], context: int) -> list[int]:

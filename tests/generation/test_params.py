@@ -262,3 +262,37 @@ def test_a_text_the_tokenizer_makes_no_token_of_is_refused_naming_its_field(fiel
     with pytest.raises(ProblemError) as e:
         SamplingParams(**{field: texts}).tokenized(encode)
     assert str(e.value) == said
+
+
+HUGE = 10**5000  # past the 4300 digits Python will spell: str(HUGE) raises ValueError
+
+
+@pytest.mark.parametrize("value", [HUGE, -HUGE], ids=["huge", "-huge"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "max_tokens",
+        "min_tokens",
+        "top_k",
+        "logprobs",
+        "prompt_logprobs",
+        "seed",
+        "n",
+        "truncate_prompt_tokens",
+    ]
+    + ["include_stop_str_in_output", "skip_special_tokens", "ignore_eos"],
+)
+def test_an_integer_past_what_python_spells_is_a_problem_not_a_traceback(field, value):
+    # n, min_tokens and truncate_prompt_tokens quoted the value with repr: ValueError ("Exceeds the
+    # limit (4300 digits)") from LLM(...), or from `generate --n` given 5000 digits
+    problem = SamplingParams(**{field: value}).problem()
+    if problem is not None:  # top_k takes any size: no cut
+        assert "\n" not in str(problem) and "5001 digits" in str(problem), problem
+
+
+def test_a_truncation_past_what_python_spells_is_said_against_the_context():
+    problem = SamplingParams(truncate_prompt_tokens=HUGE).context_problem(8192)
+    assert (
+        str(problem)
+        == "truncate_prompt_tokens: an integer of 5001 digits is more than the model context of 8192"
+    )

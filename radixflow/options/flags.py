@@ -20,7 +20,7 @@ from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, sett
 from radixflow.options.numerals import read_float, read_int
 from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
-from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag, shown
 from radixflow.user_paths import file_path_problem, stdin_problem, stdout_problem, user_path
 
 GROUPS = {
@@ -83,7 +83,7 @@ def parse_int(text: str) -> int:
     option is validated)."""
     value = read_int(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {text!r}")  # as `type_problem`
+        raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {shown(text)}")  # as `type_problem`
     return value
 
 
@@ -92,7 +92,7 @@ def parse_float(text: str) -> float:
     range is checked elsewhere)."""
     value = read_float(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {shown(text)}")
     if not math.isfinite(value):  # a `Written`: the text as typed
         raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {value!r}")
     return value

@@ -12,6 +12,7 @@ what the user wrote, not ``inf``. Pure.
 from __future__ import annotations
 
 import math
+import re
 
 SHOWN_CHARS = 40  # as `problems.shown` cuts a value quoted back: the message stays short
 
@@ -28,8 +29,13 @@ class Written(float):
         return made
 
     def __repr__(self) -> str:
-        text = self.text
-        return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+        return typed(self.text)
+
+
+def typed(text: str) -> str:
+    """``text`` as a refusal quotes it back bare (``got 1e400``), cut where it is long."""
+    text = text.strip()
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def written_float(text: str) -> float:
@@ -40,13 +46,30 @@ def written_float(text: str) -> float:
 
 
 def read_int(text: str) -> int | None:
-    """``text`` as an integer; None where it is none (in ASCII)."""
+    """``text`` as an integer; None where it is none (in ASCII). One past the 4300 digits Python's
+    ``int`` reads is read too, for the check to say how far out of range it is (LLM(...) given
+    such an integer does), not that it is no integer."""
     if not text.isascii():
         return None
     try:
         return int(text)
     except ValueError:
+        return _long_int(text)
+
+
+_INTEGER = re.compile(r"\s*([+-]?)([0-9]+(?:_[0-9]+)*)\s*")  # int()'s grammar in base 10
+CHUNK = 4000  # digits int() reads at once, within sys.get_int_max_str_digits()'s default 4300
+
+
+def _long_int(text: str) -> int | None:
+    match = _INTEGER.fullmatch(text)
+    if match is None:
         return None
+    digits, value = match.group(2).replace("_", ""), 0
+    for start in range(0, len(digits), CHUNK):
+        chunk = digits[start : start + CHUNK]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return -value if match.group(1) == "-" else value
 
 
 def read_float(text: str) -> float | None:

@@ -89,3 +89,18 @@ def test_a_number_no_float_holds_is_quoted_as_typed(run, before, flag, text):
     1e400 as inf), where ``--temperature 1e400`` said "got 1e400"."""
     code, err = run([*before, f"{flag}={text}"])
     assert (code, err) == (2, [f"radixflow: error: {flag}: must be a finite number, got {text}"])
+
+
+@pytest.mark.parametrize(("before", "flag", "kind"), NUMBER_FLAGS)
+@pytest.mark.parametrize("text", ["9" * 5000, "-" + "9" * 5000, "x" * 5000], ids=["huge", "-huge", "long"])
+def test_a_long_text_is_refused_in_one_short_line(run, before, flag, kind, text):
+    """An integer past the 4300 digits Python reads was "must be an integer" (it is one, and
+    LLM(...) given it says how it is out of range), and each refusal quoted all 5000 characters."""
+    code, err = run([*before, f"{flag}={text}"])
+    if code == 0:  # a token id: the vocabulary refuses it once the model is loaded
+        assert flag == "--stop-token-ids" and text != "x" * 5000
+        return
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"radixflow: error: {flag}: "), err
+    assert len(err[0]) < 160, err
+    if kind == "an integer" and text != "x" * 5000:
+        assert "must be an integer, got" not in err[0] and "an integer of 5000 digits" in err[0], err

@@ -773,6 +773,26 @@ def test_every_door_refuses_a_bad_sampling_value_in_the_same_words(
     assert len(set(cores.values())) == 1, cores
 
 
+def test_a_min_tokens_past_any_max_tokens_is_refused_as_min_tokens_at_every_door(server, capsys, monkeypatch):
+    """With no max_tokens given, the default is raised to min_tokens: one past the largest
+    max_tokens was refused as ``--max-tokens: must be at most ...``, a field the user never gave."""
+    from radixflow.generation import LLM, SamplingParams
+
+    huge = 10**30
+    problem = SamplingParams(max_tokens=2**63 - 1, min_tokens=huge).problem()
+    assert problem is not None and problem.param == "min_tokens"
+    monkeypatch.setattr(LLM, "from_options", None)  # never reached: the flags are refused first
+    assert main(["generate", "qwen3_5-tiny", "--prompt", "hi", f"--min-tokens={huge}"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"radixflow: error: {problem.render(_flag_of)}"], lines
+    _, http = server
+    for route, (_, body) in _server_routes().items():
+        if route in ("/v1/completions", "/v1/chat/completions"):
+            sent = {k: v for k, v in body.items() if k != "max_tokens"} | {"min_tokens": huge}
+            r = http.post(route, json=sent)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens", (route, r.text)
+
+
 def _flag_of(field: str) -> str:
     from radixflow.cli.generate_flags import sampling_flag
 

@@ -9,6 +9,7 @@ from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 from radixflow.scheduler.sampling_checks import (
+    MAX_TOKENS,
     NO_ALLOWED_TOKEN,
     NO_OPEN_CHOICE,
     plain,
@@ -218,8 +219,9 @@ def _texts_problem(name: str, texts: object) -> Problem | None:
 def unsent_max_tokens(default: int, min_tokens: int | None) -> int:
     """The ``max_tokens`` of a request that named none: the door's ``default``, or its
     ``min_tokens`` when that asks for more (what `radixflow generate` and the server both do;
-    each then caps it to what the prompt leaves, `SamplingParams.fitted`)."""
-    return default if min_tokens is None else max(default, min_tokens)
+    each then caps it to what the prompt leaves, `SamplingParams.fitted`). Never past the largest
+    max_tokens: a min_tokens beyond it is refused as itself, not as a max_tokens nobody gave."""
+    return default if min_tokens is None else max(default, min(min_tokens, MAX_TOKENS))
 
 
 def choice_seed(seed: int, choice: int) -> int:

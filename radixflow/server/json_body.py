@@ -16,6 +16,7 @@ for a long body, on the event loop, that every other client waits behind.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Coroutine
 from contextlib import aclosing
 from typing import Any
@@ -27,10 +28,13 @@ from starlette.responses import Response
 
 from radixflow.jsonl import TOO_DEEP
 
+TOO_LONG_INTEGER = "an integer has more than {} digits"
+
 
 def parse_json(body: bytes) -> Any:
     """``body``'s value, as ``json.loads`` gives it; raises what ``json.loads`` raises (a
-    `json.JSONDecodeError` too for a body nested past Python's recursion limit)."""
+    `json.JSONDecodeError` too for a body nested past Python's recursion limit, or holding an
+    integer of more digits than Python reads, 4300: no field takes one near that long)."""
     try:
         return from_json(body, allow_inf_nan=True)  # NaN is the strict checks' to refuse, by field
     except ValueError:
@@ -40,6 +44,11 @@ def parse_json(body: bytes) -> Any:
     except RecursionError:  # FastAPI would answer "There was an error parsing the body"
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer past the digits Python reads: FastAPI's "error parsing the body"
+        text = body.decode("utf-8", "replace")
+        raise json.JSONDecodeError(TOO_LONG_INTEGER.format(sys.get_int_max_str_digits()), text, 0) from None
 
 
 class FastJsonRequest(Request):

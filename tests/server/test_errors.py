@@ -34,6 +34,16 @@ BAD_COMPLETIONS = [
         b'{"model": "qwen3_5-tiny", "prompt": "a", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
         "malformed JSON body: nested too deeply",
     ),
+    (  # past the 4300 digits Python's JSON parser reads: FastAPI's "There was an error parsing the body"
+        "an integer of 5000 digits",
+        b'{"model": "qwen3_5-tiny", "prompt": "a", "max_tokens": ' + b"9" * 5000 + b"}",
+        "malformed JSON body: an integer has more than 4300 digits",
+    ),
+    (
+        "a token id of 5000 digits",
+        b'{"model": "qwen3_5-tiny", "prompt": [1, -' + b"9" * 5000 + b"]}",
+        "malformed JSON body: an integer has more than 4300 digits",
+    ),
     ("empty prompt", {"prompt": ""}, "prompt: is empty"),
     ("empty token list", {"prompt": []}, "prompt: is empty"),
     ("one empty prompt of several", {"prompt": ["fine", ""]}, "prompt 1: is empty"),

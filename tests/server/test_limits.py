@@ -189,6 +189,14 @@ def test_parse_json_gives_what_python_json_gives():
         assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
 
 
+def test_an_integer_past_the_digits_python_reads_is_a_json_error_that_says_so():
+    # json.loads raises a bare ValueError past 4300 digits, which FastAPI answered with "There was
+    # an error parsing the body" (as it answered a body nested too deeply)
+    for body in (b'{"a": [' + b"9" * 5000 + b"]}", b'{"a": "\\ud800", "b": -1' + b"0" * 4400 + b"}"):
+        with pytest.raises(json.JSONDecodeError, match=r"^an integer has more than 4300 digits"):
+            parse_json(body)
+
+
 def test_a_body_handed_on_whole_is_taken_as_it_is_and_pieces_are_joined():
     """BodyLimit hands a body on in one message: the route reads that very object (no copy of a
     long body on the event loop); a body in pieces (another ASGI server's) is still joined."""

@@ -7,11 +7,12 @@ its flag)."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from radixflow.generation.params import MAX_CHOICES, SamplingParams, unsent_max_tokens
-from radixflow.options.flags import add_engine_flags, parse_float, parse_int
-from radixflow.options.numerals import read_int
-from radixflow.problems import flag
+from radixflow.options.flags import Unparsed, add_engine_flags, parse_float, parse_int
+from radixflow.options.numerals import read_float, read_int
+from radixflow.problems import NOT_FINITE, flag
 
 DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each prompt's room
 
@@ -178,14 +179,18 @@ def token_ids(text: str) -> tuple[int, ...]:
     return tuple(parse_int(part) for part in text.split(","))
 
 
-def token_bias(text: str) -> tuple[int | str, float]:
+def token_bias(text: str) -> tuple[int | str, float | Unparsed]:
     """argparse type: ``TOKEN=BIAS`` as ``(token id, bias)`` (ranges are checked with the rest; a
-    TOKEN that is no integer is kept as typed, for the one check to refuse in every door's words)."""
+    TOKEN or BIAS that is no number is kept as typed, for the one check to refuse in every door's
+    words, ``token 5's bias must be a number``). A bias no float holds is refused here, in those
+    words, as typed (``1e400``): the one check would say it back as ``inf``."""
     token, sep, bias = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
-    number = read_int(token)
-    return (token if number is None else number), parse_float(bias)
+    number, value = read_int(token), read_float(bias)
+    if number is not None and value is not None and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"token {number}'s bias {NOT_FINITE}, got {value!r}")
+    return (token if number is None else number), (Unparsed(bias) if value is None else value)
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

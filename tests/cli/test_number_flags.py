@@ -4,6 +4,7 @@ the same text the same way, and says a refusal as the other doors say it, in one
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -104,3 +105,37 @@ def test_a_long_text_is_refused_in_one_short_line(run, before, flag, kind, text)
     assert len(err[0]) < 160, err
     if kind == "an integer" and text != "x" * 5000:
         assert "must be an integer, got" not in err[0] and "an integer of 5000 digits" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("text", "bias"),
+    [
+        ("5=x", "x"),
+        ("5=", ""),
+        ("5=nan", math.nan),
+        ("5=1e400", math.inf),
+        ("5=-inf", -math.inf),
+        ("5=200", 200.0),
+    ],
+)
+def test_a_bad_bias_is_refused_in_the_words_of_llm(run, text, bias):
+    """``--logit-bias 5=x`` was "must be a number, got 'x'" and 5=nan "must be a finite number",
+    where LLM(...) says "token 5's bias must be ...": the flag's bias reaches the one check, a
+    non-finite one said as typed."""
+    from radixflow.cli.generate_flags import sampling_flag
+    from radixflow.generation import SamplingParams
+
+    problem = SamplingParams(logit_bias={5: bias}).problem()
+    assert problem is not None
+    core = problem.render(sampling_flag).rpartition(", got ")[0]
+    code, err = run([*GENERATE, f"--logit-bias={text}"])
+    assert (code, err) == (2, [f"radixflow: error: {core}, got {_as_typed(text.partition('=')[2])}"])
+
+
+def _as_typed(bias: str) -> str:
+    """A bias quoted back: text that is no number as a string, a number as the user typed it."""
+    try:
+        value = float(bias)
+    except ValueError:
+        return repr(bias)
+    return bias if not math.isfinite(value) else repr(value)

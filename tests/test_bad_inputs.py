@@ -60,6 +60,12 @@ BAD_TEXT = st.one_of(
             "NaN",
             "1_000",
             "0x10",
+            # digits of other scripts (Python's int() reads them), a float past any float, an
+            # integer past the 4300 digits Python reads
+            "\u0661\u0662",
+            "\uff11.\uff15",
+            "1e400",
+            "9" * 5000,
             "true",
             "None",
             "qwen3_5-2b",
@@ -247,6 +253,7 @@ TOML_VALUES = st.one_of(
             "4.5",
             "32.0",
             "1e300",
+            "1e400",
             "nan",
             "inf",
             "-inf",

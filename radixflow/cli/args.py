@@ -21,7 +21,7 @@ from radixflow.options.flags import given, parse_float, parse_int
 from radixflow.options.numerals import typed
 from radixflow.options.runners import runner_name, torch_settings_problem
 from radixflow.options.torch_choice import device_problem
-from radixflow.problems import SHOWN_CHARS, Problem, ProblemError, shown, warn
+from radixflow.problems import Problem, ProblemError, warn
 from radixflow.user_paths import folder_problem
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ def _show(x: float) -> str:
 
 
 def _check_range(value: float, text: str, low: float, high: float | None, positive: bool) -> None:
-    # the text as typed (1e-7, not 1e-07), cut where long; an integer of thousands of digits by its count
-    text = shown(value) if isinstance(value, int) and len(text) > SHOWN_CHARS else typed(text)
+    text = typed(text)  # as typed (1e-7, not 1e-07), cut where long
     if positive and value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     if value < low:

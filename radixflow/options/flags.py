@@ -17,7 +17,7 @@ from typing import Any
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
 from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
-from radixflow.options.numerals import read_float, read_int
+from radixflow.options.numerals import max_digits, read_float, read_int, spelled
 from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag, shown
@@ -80,10 +80,15 @@ def not_stdin(text: str) -> Path:
 
 def parse_int(text: str) -> int:
     """argparse type: an integer in ASCII digits (`read_int`; its range is checked where the
-    option is validated)."""
+    option is validated), of no more digits than Python spells: the commands' own checks quote
+    a value back as it is (an engine option's flag, `PARSERS`, reads any: its one check says
+    how far out of range it is)."""
     value = read_int(text)
     if value is None:
         raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {shown(text)}")  # as `type_problem`
+    if not spelled(value):  # as the server's JSON parser refuses one
+        longest = f"{NOT_AN_INTEGER} of at most {max_digits()} digits"
+        raise argparse.ArgumentTypeError(f"{longest}, got {shown(value)}")
     return value
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 SHOWN_CHARS = 40  # as `problems.shown` cuts a value quoted back: the message stays short
 
@@ -55,6 +56,16 @@ def read_int(text: str) -> int | None:
         return int(text)
     except ValueError:
         return _long_int(text)
+
+
+def max_digits() -> int:
+    """The most digits Python spells an integer in (``str`` raises past them; 0: no limit)."""
+    return sys.get_int_max_str_digits()
+
+
+def spelled(value: int) -> bool:
+    """Whether Python spells ``value`` (`max_digits`)."""
+    return max_digits() == 0 or abs(value) < 10 ** max_digits()
 
 
 _INTEGER = re.compile(r"\s*([+-]?)([0-9]+(?:_[0-9]+)*)\s*")  # int()'s grammar in base 10

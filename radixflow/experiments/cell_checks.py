@@ -17,7 +17,7 @@ from radixflow.options import EngineOptions, EnginePlan, runner_name
 from radixflow.options.runners import name_problem, torch_settings_problem
 from radixflow.options.spec import check_value
 from radixflow.options.torch_choice import device_problem
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, shown
 from radixflow.workloads.candidates import ARRIVALS, KINDS, ORDERS, WorkloadSpec
 
 
@@ -98,7 +98,7 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
         if cell.workload[key] not in choices:
             known = ", ".join(choices)
             raise fail(
-                origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
+                origin, loc(f"workload.{key}"), f"unknown {key} {shown(cell.workload[key])} (known: {known})"
             )
     share = cell.settings["independent_share"]
     if share is not None and cell.workload["independent"]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.options import option_problem
-from radixflow.problems import NOT_FINITE
+from radixflow.problems import NOT_FINITE, shown
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
@@ -37,15 +37,17 @@ def experiment_name(data: dict[str, Any], origin: str) -> str:
     if "name" not in data:
         stem = Path(origin).stem
         if not _safe(stem):
-            raise fail(origin, "name", f"not given, and the file's name {stem!r} is not one ({SAFE_HELP})")
+            raise fail(
+                origin, "name", f"not given, and the file's name {shown(stem)} is not one ({SAFE_HELP})"
+            )
         return stem
     name = data["name"]
     if not isinstance(name, str):
-        raise fail(origin, "name", f"must be a string, got {name!r}")
+        raise fail(origin, "name", f"must be a string, got {shown(name)}")
     if not name:
         raise fail(origin, "name", "must not be empty")
     if not _safe(name):
-        raise fail(origin, "name", f"{name!r} is not a plain name ({SAFE_HELP})")
+        raise fail(origin, "name", f"{shown(name)} is not a plain name ({SAFE_HELP})")
     return name
 
 
@@ -56,7 +58,7 @@ def _safe(name: str) -> bool:
 def description(data: dict[str, Any], origin: str) -> str:
     text = data.get("description", "")
     if not isinstance(text, str):
-        raise fail(origin, "description", f"must be a string, got {text!r}")
+        raise fail(origin, "description", f"must be a string, got {shown(text)}")
     return text
 
 
@@ -66,13 +68,15 @@ def grid_name(grid: dict[str, Any], where: str, origin: str, taken: dict[str, st
     name = grid.get("name", where)
     key = f"{where}.name"
     if not isinstance(name, str):
-        raise fail(origin, key, f"must be a string, got {name!r}")
+        raise fail(origin, key, f"must be a string, got {shown(name)}")
     if not name.strip():
         raise fail(origin, key, "must not be empty")
     if not name.isprintable() or len(name) > MAX_NAME:
-        raise fail(origin, key, f"must be one line of at most {MAX_NAME} printable characters, got {name!r}")
+        raise fail(
+            origin, key, f"must be one line of at most {MAX_NAME} printable characters, got {shown(name)}"
+        )
     if name in taken:
-        raise fail(origin, key, f"{name!r} is already the name of {taken[name]}")
+        raise fail(origin, key, f"{shown(name)} is already the name of {taken[name]}")
     taken[name] = where
     return name
 
@@ -83,7 +87,7 @@ def no_repeats(values: list[Any], origin: str, key: str) -> None:
     for value in values:
         identity = _identity(value)
         if identity in seen:
-            raise fail(origin, key, f"{value!r} is listed twice")
+            raise fail(origin, key, f"{shown(value)} is listed twice")
         seen.add(identity)
 
 
@@ -175,6 +179,6 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
     name (1 for candidate_len, 1e-06 for rate): a bare "must be >= 0" led to a 0 refused again."""
     if isinstance(value, bool) or not isinstance(value, kind):
         name = TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
-        raise fail(origin, key, f"must be {name}, got {value!r}")
+        raise fail(origin, key, f"must be {name}, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):  # as every door says it
-        raise fail(origin, key, f"{NOT_FINITE}, got {value!r}")
+        raise fail(origin, key, f"{NOT_FINITE}, got {shown(value)}")

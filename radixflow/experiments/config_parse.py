@@ -31,14 +31,15 @@ from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
 from radixflow.options import EngineOptions, option_problem
 from radixflow.options.numerals import written_float
+from radixflow.problems import shown
 
 
 def _variant(text: Any, origin: str) -> Variant:
     if not isinstance(text, str):
-        raise fail(origin, "policies", f"each entry must be a string, got {text!r}")
+        raise fail(origin, "policies", f"each entry must be a string, got {shown(text)}")
     head, *cache = text.split("+")
     if len(cache) > 2:
-        raise fail(origin, "policies", f"{text!r}: at most policy@placement+eviction+admission")
+        raise fail(origin, "policies", f"{shown(text)}: at most policy@placement+eviction+admission")
     eviction, admission = (cache + [None, None])[:2]
     policy, at, given = head.partition("@")
     placement = given if at else None  # "native@" names an empty placement, refused below
@@ -46,7 +47,7 @@ def _variant(text: Any, origin: str) -> Variant:
     for option, value in parts.items():  # each part checked as the option it sets, in its words
         if value == "":  # "native@" ran as "native"; "native+" said only "must not be empty"
             why = "policy@placement+eviction+admission: each part after the policy optional, none empty"
-            raise fail(origin, "policies", f"{text!r}: an empty {option} ({why})")
+            raise fail(origin, "policies", f"{shown(text)}: an empty {option} ({why})")
         problem = None if value is None else option_problem(option, value)
         if problem is not None:
             raise fail(origin, "policies", problem.message)
@@ -76,7 +77,7 @@ def _once(given: Cell, checked: Cell, seen: dict[str, Cell], origin: str, loc: C
     pairs += [(f"workload.{k}", earlier.workload[k], given.workload[k]) for k in given.workload]
     key, first, second = next((k, a, b) for k, a, b in pairs if a != b)
     why = "give one cell (the same settings once resolved), which would run once and be reported twice"
-    raise fail(origin, loc(key), f"{first!r} and {second!r} {why}: keep one")
+    raise fail(origin, loc(key), f"{shown(first)} and {shown(second)} {why}: keep one")
 
 
 def _top_keys(data: dict[str, Any], origin: str) -> None:

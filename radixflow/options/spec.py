@@ -129,9 +129,9 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
     if spec.kind is str and not value.strip():
         return Problem(name, "must not be empty")
     if spec.kind is str and "\x00" in value:  # no file, model or host name holds one; os calls refuse it
-        return Problem(name, f"{value!r} contains a NUL character")
+        return Problem(name, f"{shown(value)} contains a NUL character")
     if spec.choices is not None and value not in spec.choices():
-        return Problem(name, f"unknown {name} {value!r} (known: {', '.join(spec.choices())})")
+        return Problem(name, f"unknown {name} {shown(value)} (known: {', '.join(spec.choices())})")
     return None
 
 

@@ -492,6 +492,28 @@ def test_a_number_no_float_holds_is_quoted_as_written(tmp_path: Path, line: str,
     assert str(info.value) == f"{config}: {key}: must be a finite number, got {written}"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'[defaults.workload]\ngroups = "{"x" * 5000}"',
+        f"description = [{', '.join(['1'] * 3000)}]",
+        f'name = "{"x" * 5000}"',
+        f'[[grid]]\nname = "{"x" * 5000}"',
+        f'policies = ["{"a" * 5000}", "{"a" * 5000}"]',
+    ],
+    ids=["workload", "description", "name", "grid name", "repeated"],
+)
+def test_a_long_value_is_quoted_back_cut_short(tmp_path: Path, line: str):
+    # each was quoted whole: a refusal of 5000 characters, where every door cuts a value at 40
+    config = tmp_path / "t.toml"
+    top = line if line.startswith(("description", "name", "policies")) else ""
+    rest = "" if top else line
+    config.write_text(f'{top}\n[defaults]\nrunner = "sim"\nmodel = "qwen3_5-2b"\n{rest}\n')
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(config)
+    assert len(str(info.value)) < len(str(config)) + 200, str(info.value)[:300]
+
+
 @pytest.mark.parametrize("value", ["[" * 3000 + "]" * 3000, "{a = " * 3000 + "1" + "}" * 3000])
 def test_a_value_nested_past_the_parser_is_one_line_naming_the_file(tmp_path: Path, value: str):
     # tomllib recurses per bracket and raised RecursionError: `radixflow experiment` a traceback

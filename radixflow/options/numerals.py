@@ -32,6 +32,9 @@ class Written(float):
     def __repr__(self) -> str:
         return typed(self.text)
 
+    def __getnewargs__(self) -> tuple[float, str]:  # a copy or a pickle keeps the text
+        return float(self), self.text
+
 
 def typed(text: str) -> str:
     """``text`` as a refusal quotes it back bare (``got 1e400``), cut where it is long."""

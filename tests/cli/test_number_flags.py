@@ -139,3 +139,14 @@ def _as_typed(bias: str) -> str:
     except ValueError:
         return repr(bias)
     return bias if not math.isfinite(value) else repr(value)
+
+
+def test_a_number_kept_as_written_survives_a_copy():
+    import copy
+    import pickle
+
+    from radixflow.options.numerals import read_float
+
+    value = read_float("1e400")
+    for kept in (copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+        assert repr(kept) == "1e400" and kept == math.inf

@@ -15,7 +15,7 @@ import math
 import re
 import sys
 
-SHOWN_CHARS = 40  # as `problems.shown` cuts a value quoted back: the message stays short
+from radixflow.problems import SHOWN_CHARS  # where a value quoted back is cut
 
 
 class Written(float):

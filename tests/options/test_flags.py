@@ -366,3 +366,43 @@ def test_a_size_flags_default_is_shown_as_a_size(command):
     actions = _actions(_command(command))
     assert actions["max_body_bytes"].help.endswith("(default: 4MiB)")
     assert actions["long_body_bytes"].help.endswith("(default: 64KiB)")
+
+
+NUMBER_OPTIONS = [f.name for f in option_fields() if spec_of(f).kind in (int, float)]
+# text a user may type for a number, each with the value LLM(...) or a TOML cell would be given
+TYPED = ["-1", "0", "1", "2.5", "2.0", "1e400", "nan", "-inf", "1_0", "\u0661\u0662", "9" * 5000, "x"]
+
+
+def _as_python(text: str) -> object:
+    """``text`` as the number a Python or TOML user writes for it (the text itself where none)."""
+    if text == "9" * len(text):  # past the 4300 digits int() reads
+        return 10 ** len(text) - 1
+    for read in (int, float):
+        try:
+            return read(text) if text.isascii() else text
+        except ValueError:
+            continue
+    return text
+
+
+def _core(message: str) -> str:
+    return message.rpartition(", got ")[0] or message
+
+
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+def test_every_number_option_takes_or_refuses_a_typed_value_as_the_mapping_door_does(name):
+    """Each engine option's flag against `EngineOptions.from_mapping` (LLM(...), a TOML cell),
+    fed the same numbers: both take a value (the same one) or both refuse it in the same words."""
+    flag_name = spec_of(next(f for f in option_fields() if f.name == name)).flag or "--" + name.replace(
+        "_", "-"
+    )
+    for text in TYPED:
+        try:
+            want: object = getattr(EngineOptions.from_mapping({name: _as_python(text)}), name)
+        except ProblemError as e:
+            want = _core(e.problem.message)
+        try:
+            got: object = getattr(from_args(_command("bench").parse_args([f"{flag_name}={text}"])), name)
+        except ProblemError as e:
+            got = _core(e.problem.message)
+        assert got == want, (name, text[:20], got, want)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 
@@ -14,9 +15,11 @@ from radixflow.experiments.config import CELL_KEYS
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.engine_options import spec_of
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
-from radixflow.options.flags import POLICY_HELP, add_engine_flags, from_args, policies
+from radixflow.options.flags import POLICY_HELP, add_engine_flags, flag_spellings, from_args, policies
 from radixflow.options.model_arg import MODEL_ARG_HELP
+from radixflow.options.spec import checked
 from radixflow.problems import ProblemError
+from radixflow.server.config import Listen, ServerConfig
 
 ENGINE_COMMANDS = ("bench", "generate", "serve")
 
@@ -403,6 +406,33 @@ def test_every_number_option_takes_or_refuses_a_typed_value_as_the_mapping_door_
             want = _core(e.problem.message)
         try:
             got: object = getattr(from_args(_command("bench").parse_args([f"{flag_name}={text}"])), name)
+        except ProblemError as e:
+            got = _core(e.problem.message)
+        assert got == want, (name, text[:20], got, want)
+
+
+SERVER_NUMBERS = [
+    (cls, f.name)
+    for cls in (ServerConfig, Listen)
+    for f in dataclasses.fields(cls)
+    if spec_of(f).kind in (int, float)
+]
+
+
+@pytest.mark.parametrize(("cls", "name"), SERVER_NUMBERS, ids=[name for _, name in SERVER_NUMBERS])
+def test_every_server_number_takes_or_refuses_a_typed_value_as_the_mapping_door_does(cls, name):
+    """`radixflow serve`'s limits against `checked` (the fleet's `ServerConfig(...)`), as above."""
+    from radixflow.cli.serve_setup import server_settings
+
+    flag_name = flag_spellings(cls)[name].split("/")[0]
+    for text in TYPED:
+        try:
+            want: object = getattr(checked(cls, {name: _as_python(text)}), name)
+        except ProblemError as e:
+            want = _core(e.problem.message)
+        try:
+            settings = server_settings(_command("serve").parse_args(["m", f"{flag_name}={text}"]))
+            got: object = getattr(settings[0] if cls is Listen else settings[1], name)
         except ProblemError as e:
             got = _core(e.problem.message)
         assert got == want, (name, text[:20], got, want)

@@ -132,6 +132,14 @@ def test_a_bad_bias_is_refused_in_the_words_of_llm(run, text, bias):
     assert (code, err) == (2, [f"radixflow: error: {core}, got {_as_typed(text.partition('=')[2])}"])
 
 
+def test_a_bias_no_float_holds_for_a_token_of_5000_digits_is_one_short_line(run):
+    # its message spelled the token with str(), which raised: argparse said "invalid token_bias
+    # value: '9999...'", all 5000 digits
+    code, err = run([*GENERATE, f"--logit-bias={'9' * 5000}=nan"])
+    assert code == 2 and len(err) == 1 and len(err[0]) < 160, err
+    assert "an integer of 5000 digits's bias must be a finite number, got nan" in err[0], err
+
+
 def _as_typed(bias: str) -> str:
     """A bias quoted back: text that is no number as a string, a number as the user typed it."""
     try:

@@ -8,7 +8,7 @@ does), then Serve stops the replicas (each drains its engine) and Ray shuts down
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -238,9 +238,11 @@ def ingress_tokenizer(path: Path) -> TextTokenizer:
 
 def job_streams(streaming: Any) -> OpenStream:
     """Each job's events from ``streaming`` (Serve's streaming handle to the replicas). A stream
-    left before its answer (its client went away, the drain ran out) cancels the job on its
-    replica: cancelling the task that iterates Serve's response does not, and the replica would
-    generate on to ``max_tokens`` for nobody, holding a place in its queue."""
+    left before its answer (its client went away, the drain ran out) or failed before it (Ray's
+    `ActorUnavailableError`: the actor unreachable, maybe still running the job) cancels the job
+    on its replica: cancelling the task that iterates Serve's response does not, and the replica
+    would generate on to ``max_tokens`` for nobody (the client had its answer: an error, or a
+    retry's), holding a place in its queue and its cache."""
 
     async def open_stream(job: Job) -> AsyncIterator[WireEvent]:
         response = streaming.generate.remote(job)
@@ -249,12 +251,18 @@ def job_streams(streaming: Any) -> OpenStream:
             async for wire in response:
                 answered = isinstance(wire.event, Final)
                 yield wire
-        except (asyncio.CancelledError, GeneratorExit):  # left; not a replica's failure (nothing runs)
+        except BaseException:
             if not answered:
-                response.cancel()
+                _cancel(response)
             raise
 
     return open_stream
+
+
+def _cancel(response: Any) -> None:
+    """Best effort: Serve's cancel re-raises a failed assignment's error (the caller raises it)."""
+    with contextlib.suppress(Exception):
+        response.cancel()
 
 
 def fleet_server(

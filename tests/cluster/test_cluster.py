@@ -595,11 +595,33 @@ def test_a_client_leaving_a_streamed_request_cancels_its_job_on_the_replica():
 
     asyncio.run(main())
     assert left.cancelled and not finished.cancelled
-    # a job whose replica failed is not cancelled: nothing runs there, and the failure is the answer
-    died = _Response(DELTA, ConnectionError("actor died"))
+
+
+class _Unreachable(_Response):
+    """A response whose cancel fails as Serve's does when its assignment failed (it re-raises that)."""
+
+    def cancel(self) -> None:
+        super().cancel()
+        raise ConnectionError("actor unavailable")
+
+
+@pytest.mark.parametrize("response", [_Response, _Unreachable])
+def test_a_job_whose_replica_failed_mid_answer_is_cancelled_there(response):
+    # a stream that failed mid-answer (Ray's ActorUnavailableError: the actor unreachable, not
+    # dead) left the job running on its replica: the client had its 503, and the replica generated
+    # on to max_tokens for nobody, holding its queue's place and its cache. A dead one ignores it
+    from radixflow.cluster.launch import job_streams
+
+    died = response(DELTA, ConnectionError("actor unavailable"))
     streaming = SimpleNamespace(generate=SimpleNamespace(remote=lambda job: died))
     final = asyncio.run(serve(RemoteLoop(job_streams(streaming), None, ServerMetrics(), 8)))[0][-1]
-    assert final.status == 503 and "actor died" in final.error and not died.cancelled
+    assert final.status == 503 and "actor unavailable" in final.error and died.cancelled
+    # before it sent anything: cancelled there too, then retried on another replica
+    responses = [response(ConnectionError("actor unavailable")), _Response(DELTA, FINAL)]
+    first = responses[0]
+    streaming = SimpleNamespace(generate=SimpleNamespace(remote=lambda job: responses.pop(0)))
+    final = asyncio.run(serve(RemoteLoop(job_streams(streaming), None, ServerMetrics(), 8)))[0][-1]
+    assert final.output is not None and first.cancelled
 
 
 # what Serve says of a deployment whose replica's constructor raised (recorded from Ray 2.60)

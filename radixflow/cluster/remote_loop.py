@@ -5,7 +5,8 @@ Serve handle, or anything with its shape). A replica that fails before its job s
 refuses it (`NOT_TAKEN`: its engine loop died, it is shutting down, its queue is full), is
 retried on another replica (the router passes over those the job was sent to); one that fails
 mid-answer, or a retry that fails again, ends the prompt with a 503 naming the failure; one
-refused by every attempt, with the last refusal, counted as one server's refusal. Nothing
+refused by every attempt, with the last refusal, counted as one server's refusal, and so are
+its request's prompts that sent nothing yet (their jobs cancelled). Nothing
 waits forever: every prompt ends with an answer, an error, or its client's abort.
 """
 
@@ -16,9 +17,10 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from radixflow.cluster.fleet_metrics import FleetFigures
+from radixflow.cluster.flights import Flight, NotTaken, Relayed, ReplicaFigures, Submitted
 from radixflow.cluster.wire import REFUSALS, Job, WireEvent, decode, failure_line, not_taken
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -28,46 +30,6 @@ from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.cluster")
 OpenStream = Callable[[Job], AsyncIterator[WireEvent]]
-
-
-class NotTaken(Exception):
-    """``replica`` answered a job with a refusal (`NOT_TAKEN`) before sending anything."""
-
-    def __init__(self, final: Final, replica: str) -> None:
-        super().__init__(f"{final.status} {final.error}")
-        self.replica = replica
-
-
-@dataclass
-class ReplicaFigures:
-    answered: int = 0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0
-
-
-@dataclass
-class _Submitted:  # what the prompts of one HTTP request (one `submit`) share
-    rejected: bool = False  # a prompt of it was refused by every replica: counted once
-
-
-@dataclass
-class _Flight:
-    request: Request
-    index: int
-    sink: Sink
-    arrival: float
-    submitted: _Submitted = field(default_factory=_Submitted)
-    answered: bool = False
-    aborted: bool = False  # its client went away: nobody to answer
-    task: asyncio.Task | None = field(default=None, repr=False)
-
-
-@dataclass
-class _Relayed:
-    """What a prompt's relay has passed on so far, across its attempts."""
-
-    sent: bool = False  # this attempt sent an event to the client: no retry from here
-    first_token: bool = False  # its time to first token is counted
 
 
 class RemoteLoop:
@@ -89,7 +51,7 @@ class RemoteLoop:
         self.replicas: dict[str, ReplicaFigures] = {}  # by replica id, from their answers
         self.retried = 0
         self._accepting = True
-        self._flights: dict[str, _Flight] = {}  # event loop only
+        self._flights: dict[str, Flight] = {}  # event loop only
         self._idle = threading.Event()
         self._idle.set()
         self._aio: asyncio.AbstractEventLoop | None = None
@@ -135,10 +97,11 @@ class RemoteLoop:
         self._check_room(len(items))
         self._aio = asyncio.get_running_loop()
         self._idle.clear()
-        now, submitted = time.monotonic(), _Submitted()
+        now, submitted = time.monotonic(), Submitted()
         for index, (req, _) in enumerate(items):
-            flight = _Flight(req, index, sink, now, submitted)
+            flight = Flight(req, index, sink, now, submitted)
             self._flights[req.id] = flight
+            submitted.flights.append(flight)
             job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight.task = self._aio.create_task(self._run(job, flight))
             # not a `finally` in `_run`: a task cancelled before its first step (an abort, or the
@@ -191,7 +154,7 @@ class RemoteLoop:
             if flight.task is not None:
                 flight.task.cancel()
 
-    async def _run(self, job: Job, flight: _Flight) -> None:
+    async def _run(self, job: Job, flight: Flight) -> None:
         try:
             await self._relay(job, flight)
         except asyncio.CancelledError:
@@ -200,8 +163,8 @@ class RemoteLoop:
             log.exception("relaying %s failed", job.id)
             self._answer(flight, Final(flight.index, None, 500, f"{type(e).__name__}: {e}"))
 
-    async def _relay(self, job: Job, flight: _Flight) -> None:
-        relayed = _Relayed()
+    async def _relay(self, job: Job, flight: Flight) -> None:
+        relayed = Relayed()
         for attempt in range(self.retries + 1):
             relayed.sent = False
             try:
@@ -219,7 +182,7 @@ class RemoteLoop:
                 if isinstance(e, NotTaken):  # it would look the least loaded again: it answers at once
                     job = replace(job, avoid=job.avoid | {e.replica})
 
-    async def _stream(self, job: Job, flight: _Flight, relayed: _Relayed, last: bool) -> None:
+    async def _stream(self, job: Job, flight: Flight, relayed: Relayed, last: bool) -> None:
         """One attempt: the replica's events passed on until its answer. `NotTaken` for a refusal
         another replica may serve (nothing sent yet, and not the ``last`` attempt)."""
         async for wire in self.open_stream(job):
@@ -230,26 +193,26 @@ class RemoteLoop:
             if not relayed.first_token and isinstance(event, Delta) and event.delta.token_ids:
                 self.metrics.on_first_token(time.monotonic() - flight.arrival)
                 relayed.first_token = True
-            relayed.sent = True
+            relayed.sent = flight.sent = True
             flight.sink(event)
         raise RuntimeError("the replica closed the stream without an answer")
 
     def _final(
-        self, job: Job, flight: _Flight, final: Final, wire: WireEvent, relayed: _Relayed, last: bool
+        self, job: Job, flight: Flight, final: Final, wire: WireEvent, relayed: Relayed, last: bool
     ) -> None:
         if not_taken(final) and not relayed.sent:
             if self._fleet is not None:  # the router takes back the prefix it recorded there
                 self._fleet.routes.refused(job, wire.replica)
             if not last:
                 raise NotTaken(final, wire.replica)
-            self._answer(flight, final, rejected=REFUSALS[final.status])
+            self._reject(flight, final, REFUSALS[final.status])
             return
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)
         self._answer(flight, final)
 
-    def _first_token_before(self, flight: _Flight, final: Final, decode_s: float | None) -> None:
+    def _first_token_before(self, flight: Flight, final: Final, decode_s: float | None) -> None:
         """Count the time to first token of a prompt whose first token the replica made
         ``decode_s`` before this answer (as one engine counts every prompt's)."""
         if final.output is None or not final.output.token_ids or decode_s is None:
@@ -264,7 +227,7 @@ class RemoteLoop:
         figures.prompt_tokens += len(final.output.prompt_token_ids)
         figures.reused_tokens += final.output.cached_tokens
 
-    def _answer(self, flight: _Flight, final: Final, rejected: str | None = None) -> None:
+    def _answer(self, flight: Flight, final: Final, rejected: str | None = None) -> None:
         """Answer ``flight`` with ``final``, counted by its outcome; ``rejected``: every replica
         refused it before it ran, the reason one server counts its own refusal under."""
         if flight.answered or flight.aborted:
@@ -286,7 +249,20 @@ class RemoteLoop:
             self.metrics.on_rejected(rejected)
         flight.sink(final)
 
-    def _done(self, flight: _Flight) -> None:
+    def _reject(self, flight: Flight, final: Final, reason: str) -> None:
+        """Every replica refused ``flight``: so is its request, as one server refuses one whole.
+        Its prompts that sent the client nothing get the same refusal now, their jobs cancelled:
+        a non-streamed answer is that error anyway, and waited for them to generate to their end
+        for nobody. One already streaming runs to its answer (the client has its tokens)."""
+        self._answer(flight, final, rejected=reason)
+        for sibling in flight.submitted.flights:
+            if sibling.answered or sibling.sent:
+                continue
+            self._answer(sibling, replace(final, index=sibling.index), rejected=reason)
+            if sibling.task is not None:
+                sibling.task.cancel()
+
+    def _done(self, flight: Flight) -> None:
         if not flight.answered:  # aborted by its client: counted, not answered
             flight.request.status = RequestStatus.ABORTED
             self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)

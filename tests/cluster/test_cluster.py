@@ -136,9 +136,10 @@ def test_a_request_every_replica_refused_is_counted_as_rejected_not_failed(statu
     # server counts the same 429 or 503 in radixflow_requests_rejected_total, once per request
     metrics = ServerMetrics()
     refused = WireEvent(Final(0, None, status, "refused"), None, "replica-a")
-    open_stream, calls = stream_of(*[[refused]] * 4)  # two prompts, each tried twice
+    open_stream, calls = stream_of(*[[refused]] * 4)  # two prompts
     events = asyncio.run(serve(RemoteLoop(open_stream, None, metrics, 8), n=2))
-    assert [es[-1].status for es in events] == [status, status] and len(calls) == 4
+    # the first, tried twice, refuses the second with it: never sent
+    assert [es[-1].status for es in events] == [status, status] and len(calls) == 2
     sample = metrics.registry.get_sample_value
     assert sample("radixflow_requests_rejected_total", {"reason": reason}) == 1
     assert sum(sample("radixflow_requests_rejected_total", {"reason": r}) for r in REJECTIONS) == 1
@@ -150,6 +151,84 @@ def test_a_request_every_replica_refused_is_counted_as_rejected_not_failed(statu
     asyncio.run(serve(RemoteLoop(open_stream, None, metrics, 8)))
     sample = metrics.registry.get_sample_value
     assert sample("radixflow_requests_rejected_total", {"reason": reason}) == 0
+    assert sample("radixflow_requests_total", {"outcome": "finished"}) == 1
+
+
+def scripted(scripts: dict[str, list]):
+    """An ``open_stream`` playing each job's script by its request id, one per attempt: events, an
+    `asyncio.Event` to wait for (its job runs on meanwhile), an exception to raise; and the ids of
+    the jobs whose streams were left before their end (cancelled)."""
+    left: list[str] = []
+
+    def open_stream(job: Job):
+        script = scripts[job.id].pop(0)
+
+        async def gen():
+            answered = False
+            try:
+                for step in script:
+                    if isinstance(step, asyncio.Event):
+                        await step.wait()
+                    elif isinstance(step, BaseException):
+                        raise step
+                    else:
+                        answered = isinstance(step.event, Final)
+                        yield step
+            except (asyncio.CancelledError, GeneratorExit):
+                if not answered:
+                    left.append(job.id)
+                raise
+
+        return gen()
+
+    return open_stream, left
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_prompt_every_replica_refused_refuses_its_siblings_that_sent_nothing(status):
+    # two prompts: the first ran on a replica, the second was refused by every replica. The
+    # request's answer is that refusal (a non-streamed response is its first error), yet it came
+    # only once the first prompt had generated to its end, which ran on for nobody, counted as a
+    # finished request beside the rejection
+    async def main() -> tuple[list[list], list[str], ServerMetrics]:
+        never = asyncio.Event()
+        refused = WireEvent(Final(0, None, status, "refused"), None, "replica-a")
+        open_stream, left = scripted({"r0": [[never, FINAL]], "r1": [[refused], [refused]]})
+        metrics = ServerMetrics()
+        return await serve(RemoteLoop(open_stream, None, metrics, 8), n=2), left, metrics
+
+    events, left, metrics = asyncio.run(main())
+    assert [(es[-1].index, es[-1].status, es[-1].error) for es in events] == [
+        (0, status, "refused"),
+        (1, status, "refused"),
+    ]
+    assert left == ["r0"]  # its job cancelled on its replica
+    sample = metrics.registry.get_sample_value
+    assert sum(sample("radixflow_requests_rejected_total", {"reason": r}) for r in REJECTIONS) == 1
+    for outcome in ("failed", "finished", "aborted"):
+        assert sample("radixflow_requests_total", {"outcome": outcome}) == 0
+
+
+def test_a_prompt_every_replica_refused_leaves_a_sibling_already_streaming_to_its_answer():
+    # a streamed sibling's tokens are the client's already: it runs to its answer, which is counted
+    async def main() -> tuple[list[list], list[str], ServerMetrics]:
+        refusal_out = asyncio.Event()
+        refused = WireEvent(Final(0, None, 429, "refused"), None, "replica-a")
+        scripts = {"r0": [[DELTA, refusal_out, FINAL]], "r1": [[refused], [refused]]}
+        open_stream, left = scripted(scripts)
+        metrics = ServerMetrics()
+        loop = RemoteLoop(open_stream, None, metrics, 8)
+        task = asyncio.ensure_future(serve(loop, n=2))
+        while len(loop._flights) > 1:  # r1's refusal ends its flight
+            await asyncio.sleep(0)
+        refusal_out.set()
+        return await task, left, metrics
+
+    events, left, metrics = asyncio.run(main())
+    assert [type(e) for e in events[0]] == [Delta, Final] and events[0][-1].output is not None
+    assert events[1][-1].status == 429 and left == []
+    sample = metrics.registry.get_sample_value
+    assert sample("radixflow_requests_rejected_total", {"reason": "queue_full"}) == 1
     assert sample("radixflow_requests_total", {"outcome": "finished"}) == 1
 
 

@@ -25,16 +25,18 @@ class Server(uvicorn.Server):
     """uvicorn's server, with a shutdown that answers every client.
 
     Ctrl-C (or SIGTERM): stop accepting and drain. The engine loop gives accepted requests
-    ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open
-    to carry that answer. The listening socket stays open while it drains: a request for the
-    engine arriving meanwhile, on a new connection or a kept-alive one, is answered with a 503 in
-    OpenAI's shape (and ``/health`` says ``draining``; the tokenizer routes, which never reach the
-    engine, still answer), not refused at the TCP level; it closes once the engine
-    loop is done. A second Ctrl-C (or SIGTERM) ends the drain now: every unfinished request gets its
-    503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
-    when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a
-    third drops connections unanswered (uvicorn's own forced exit). Either way the engine
-    thread ends before the process does: one left running in torch aborts the process.
+    ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open to
+    carry that answer: clients have until the drain's end, then ``HURRY_S``, to take their answers
+    (one that stopped reading is then cut off, not waited for the drain time again). The listening
+    socket stays open while it drains: a request for the engine arriving meanwhile, on a new
+    connection or a kept-alive one, is answered with a 503 in OpenAI's shape (and ``/health`` says
+    ``draining``; the tokenizer routes, which never reach the engine, still answer), not refused at
+    the TCP level; it closes once the engine loop is done. A second Ctrl-C (or SIGTERM) ends the
+    drain now: every unfinished request gets its 503 at once (a JSON error body; a stream, an error
+    event and ``[DONE]``), and the server exits when those answers are out, or after ``HURRY_S`` if
+    a client does not take its answer. Only a third drops connections unanswered (uvicorn's own
+    forced exit). Either way the engine thread ends before the process does: one left running in
+    torch aborts the process.
 
     Unless it is stuck: an engine thread still in its round ``ENGINE_GRACE_S`` after the drain's
     end (or after the second signal) is left behind. Its requests are answered with a 503 here,
@@ -84,11 +86,16 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         drain_s = self.state.config.drain_s
+        drain_end = time.monotonic() + drain_s
         self.state.loop.shutdown(drain_s)
-        self._engine_due = min(self._engine_due, time.monotonic() + drain_s + self.ENGINE_GRACE_S)
+        self._engine_due = min(self._engine_due, drain_end + self.ENGINE_GRACE_S)
         watch = asyncio.ensure_future(self._give_up_when_due())
         try:
             await self._drain()
+            # clients read until the drain's end, then have HURRY_S to take the drain's 503s:
+            # uvicorn's own wait, drain_s + 5 from now, kept a stalled reader 2 x drain_s + 5 s
+            left = max(drain_end - time.monotonic(), 0.0) + self.HURRY_S
+            self.config.timeout_graceful_shutdown = left  # type: ignore[assignment]  # a float does
             await super().shutdown(sockets)  # closes the listening socket, then the connections
         finally:
             watch.cancel()

@@ -113,6 +113,11 @@ class FleetFigures:
         """Call ``watcher`` with `down`'s reason each time the fleet goes down (mutates self)."""
         self._watchers.append(watcher)
 
+    def running(self) -> int:
+        """How many replicas run now (their engine loops alive or not), as Serve last said."""
+        with self._lock:
+            return len(self._running)
+
     def down(self) -> str | None:
         """Why the fleet serves nothing now: no replica is running, or every one running reports
         its engine loop dead or stuck (each answers only 503s, or nothing, until Ray Serve

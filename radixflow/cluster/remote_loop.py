@@ -164,23 +164,33 @@ class RemoteLoop:
             self._answer(flight, Final(flight.index, None, 500, f"{type(e).__name__}: {e}"))
 
     async def _relay(self, job: Job, flight: Flight) -> None:
-        relayed = Relayed()
-        for attempt in range(self.retries + 1):
+        """``retries`` more attempts after a replica failed the job; after refusals, as many
+        attempts as replicas run (each refuser passed over), so none is left unasked."""
+        relayed, failures, attempt = Relayed(), 0, 0
+        while True:
             relayed.sent = False
+            last = failures >= self.retries or attempt + 1 >= self._attempts()
             try:
-                await self._stream(job, flight, relayed, last=attempt == self.retries)
+                await self._stream(job, flight, relayed, last=last)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 why = f"the replica serving this request failed: {failure_line(e)}"
-                if relayed.sent or attempt == self.retries:
+                if relayed.sent or last:
                     self._answer(flight, Final(flight.index, None, 503, why))
                     return
                 self.retried += 1
+                attempt += 1
                 log.warning("radixflow: warning: %s; retrying on another replica", why)
                 if isinstance(e, NotTaken):  # it would look the least loaded again: it answers at once
                     job = replace(job, avoid=job.avoid | {e.replica})
+                else:
+                    failures += 1
+
+    def _attempts(self) -> int:
+        """The most attempts a job gets: ``retries`` + 1, or one per replica running if more."""
+        return max(self.retries + 1, 0 if self._fleet is None else self._fleet.running())
 
     async def _stream(self, job: Job, flight: Flight, relayed: Relayed, last: bool) -> None:
         """One attempt: the replica's events passed on until its answer. `NotTaken` for a refusal

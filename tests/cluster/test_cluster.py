@@ -130,6 +130,25 @@ def test_a_replica_that_does_not_take_a_request_has_it_retried_elsewhere(status,
     assert (final.status, final.error) == (status, why) and len(calls) == 2
 
 
+def test_a_refused_job_is_offered_to_every_running_replica_before_it_is_refused():
+    # with three replicas, two refusing (one draining, one whose loop just died), a job was
+    # refused after its second try, the third replica never asked
+    from radixflow.cluster.fleet_metrics import FleetFigures
+
+    figures = FleetFigures()
+    figures.update({"replica-a": None, "replica-b": None, "replica-c": None})
+    refusals = [WireEvent(Final(0, None, 503, "refused"), None, name) for name in ("replica-a", "replica-b")]
+    open_stream, calls = stream_of([refusals[0]], [refusals[1]], [DELTA, FINAL], [DELTA, FINAL])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)
+    events = asyncio.run(serve(loop))[0]
+    assert events[-1].output is not None and len(calls) == 3
+    assert calls[2].avoid == {"replica-a", "replica-b"}
+    # a failure (not a refusal) is still retried once, however many replicas run
+    open_stream, calls = stream_of([ConnectionError("died")], [ConnectionError("died")], [DELTA, FINAL])
+    final = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)))[0][-1]
+    assert final.status == 503 and len(calls) == 2
+
+
 @pytest.mark.parametrize("status, reason", [(429, "queue_full"), (503, "not_accepting")])
 def test_a_request_every_replica_refused_is_counted_as_rejected_not_failed(status, reason):
     # a fleet's /metrics counted it in radixflow_requests_total{outcome="failed"}, where one

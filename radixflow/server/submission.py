@@ -131,13 +131,18 @@ async def _disconnect(http: HttpRequest) -> None:
         pass
 
 
+# the code one server's own refusal carries (`ServerState._refusals`): a fleet's, every replica's
+# refusal of a prompt, comes as that prompt's answer, and a client backing off on it reads the same
+STATUS_CODES = {429: "queue_full"}
+
+
 def failure(finals: list[Final], n: int = 1, item: str = "prompt") -> ApiError | None:
     """The first choice without an answer, as the error the whole response becomes."""
     bad = next((f for f in finals if f.output is None), None)
     if bad is None:
         return None
     said = where(bad.index, len(finals) // n, n, item) + (bad.error or "request failed")
-    return ApiError(bad.status, said)
+    return ApiError(bad.status, said, None, STATUS_CODES.get(bad.status))
 
 
 def where(index: int, prompts: int, n: int, item: str = "prompt") -> str:

@@ -1102,3 +1102,19 @@ def test_a_local_fleet_whose_replicas_caches_together_pass_the_memory_is_one_lin
     assert problem.param == "cache_memory" and "2 replicas" in problem.message
     assert "0.2 GB of memory is available" in problem.message and "fewer replicas" in problem.message
     serve_fleet._refuse_fleet(SimpleNamespace(replicas=2, ray_address="auto"), options)  # the cluster's
+
+
+def test_a_fleets_429_carries_the_code_one_servers_does():
+    # one server refuses a full queue with "code": "queue_full"; a fleet's, every replica's
+    # refusal of a prompt, reached its client with "code": null, plain or streamed
+    from radixflow.server.responses.stream import _event_text
+    from radixflow.server.submission import failure
+
+    refused = Final(1, None, 429, "the queue is full")
+    error = failure([Final(0, output()), refused])
+    assert (error.status, error.code) == (429, "queue_full")
+    shape = SimpleNamespace(prompts=2, n=1)
+    text = asyncio.run(_event_text(shape, refused, []))  # type: ignore[arg-type]
+    assert '"code": "queue_full"' in text and "prompt 1: the queue is full" in text
+    drained = failure([Final(0, None, 503, "shutting down")])
+    assert drained.code is None  # one server's 503 has none either

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,10 +25,11 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, UsageError, write_stdout
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
 from radixflow.cli.serve_setup import refuse_setup
+from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
@@ -52,21 +54,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
     refuse_setup(options)  # what the model's setup refuses, before a warning of the run
     warn_ineffective_options(args, options)  # of a run that goes ahead: after the refusals
     llm = None
+    finished: dict[int, GenerationOutput] = {}  # each output as it finishes, by its place
     try:
         llm = LLM.from_options(options)
         require_tokenizer(llm, "--prompt is text, which needs", "token-id prompts run through radixflow.LLM")
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-        with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
-            bar = RequestBar(progress, "generating")
-            fit = args.max_tokens is None  # a default: it never fails where the prompt fits
-            if args.chat:
-                convs = [[{"role": "user", "content": p}] for p in args.prompt]
-                outputs = llm.chat(convs, params, progress=bar.hear, fit=fit)
-            else:
-                outputs = llm.generate(list(args.prompt), params, progress=bar.hear, fit=fit)
+        outputs = _answers(args, llm, params, finished)
     except ProblemError:
         raise
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
+        if finished:
+            _print_finished(args, console, llm, finished, e)
         note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
     except PromptError as e:  # found once the model loaded: named by its flag, as before it
@@ -82,13 +80,56 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _print_outputs(
-    args: argparse.Namespace, console: Console, llm: Any, outputs: list[GenerationOutput]
+def _answers(
+    args: argparse.Namespace, llm: Any, params: Any, finished: dict[int, GenerationOutput]
+) -> list[GenerationOutput]:
+    """Every output, in order, each put in ``finished`` (by its place) as it finishes: what a run
+    cut short keeps."""
+    with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
+        hear = RequestBar(progress, "generating").hear
+        fit = args.max_tokens is None  # a default: it never fails where the prompt fits
+        if args.chat:
+            convs = [[{"role": "user", "content": p}] for p in args.prompt]
+            return llm.chat(convs, params, progress=hear, fit=fit, on_output=finished.__setitem__)
+        return llm.generate(list(args.prompt), params, progress=hear, fit=fit, on_output=finished.__setitem__)
+
+
+def _print_finished(
+    args: argparse.Namespace,
+    console: Console,
+    llm: Any,
+    finished: dict[int, GenerationOutput],
+    stopped: BaseException,
 ) -> None:
+    """The outputs a run ``stopped`` cut short had finished, printed as a whole run prints them
+    (in ``--json``'s list each at its place, null for the others); ``stopped`` gets a note saying
+    so, or why they could not be."""
+    total = len(args.prompt) * args.n
+    # the run is stopping already: a second Ctrl-C as they go out would lose them
+    with HeldInterrupt():
+        try:
+            _print_outputs(args, console, llm, [finished.get(i) for i in range(total)])
+        except BrokenPipeError:  # the interrupt still ends the run, not this
+            stopped.add_note("standard output closed")
+            return
+        except StdoutUnwritable as e:
+            stopped.add_note(str(e))
+            return
+    others = ", null for the others" if args.json else ""
+    said = f"{len(finished)} of {counted(total, 'output')} finished, printed above{others}"
+    stopped.add_note(f"{said} (the same command runs them all again)")
+
+
+def _print_outputs(
+    args: argparse.Namespace, console: Console, llm: Any, outputs: Sequence[GenerationOutput | None]
+) -> None:
+    """Each output (None: one not finished, null in ``--json``'s list, else left out)."""
     if args.json:
-        write_stdout(json.dumps([as_json(o) for o in outputs], indent=2) + "\n")
+        write_stdout(json.dumps([None if o is None else as_json(o) for o in outputs], indent=2) + "\n")
         return
     for i, out in enumerate(outputs):
+        if out is None:
+            continue
         label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ("", "")
         _show(console, label, (_prompt_that_ran(args, llm, i // args.n, out), "bold"), (out.text, ""))
         console.print(

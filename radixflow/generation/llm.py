@@ -84,6 +84,7 @@ class LLM(ModelHolder):
         progress: Progress | None = None,
         *,
         fit: bool = False,
+        on_output: Callable[[int, GenerationOutput], None] | None = None,
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
@@ -92,12 +93,14 @@ class LLM(ModelHolder):
         (default: one greedy token). A prompt's choices share its prompt in the cache.
         ``progress`` hears of each request that ends (a progress bar's hook). ``fit``: each
         ``max_tokens`` is a default the caller never gave, capped to the room its prompt leaves
-        (`SamplingParams.fitted`), as the server caps its default.
+        (`SamplingParams.fitted`), as the server caps its default. ``on_output`` hears each output
+        as it finishes, with its place in the list returned, so a caller keeps what finished when
+        the call is cut short (a Ctrl-C).
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
         token_prompts = self._reader(sampling_params).prompts(prompts)
-        return self._generate(token_prompts, sampling_params, namespace, progress, "prompt", fit)
+        return self._generate(token_prompts, sampling_params, namespace, progress, "prompt", fit, on_output)
 
     def _generate(
         self,
@@ -196,11 +199,12 @@ class LLM(ModelHolder):
         progress: Progress | None = None,
         *,
         fit: bool = False,
+        on_output: Callable[[int, GenerationOutput], None] | None = None,
     ) -> list[GenerationOutput]:
         """The assistant's reply to each conversation, rendered with the model's chat template
-        (``fit``: as `generate`'s)."""
+        (``fit`` and ``on_output``: as `generate`'s)."""
         prompts = self._reader(sampling_params).conversations(conversations)
-        return self.generate(prompts, sampling_params, namespace, progress, fit=fit)
+        return self.generate(prompts, sampling_params, namespace, progress, fit=fit, on_output=on_output)
 
     def _run(
         self,

@@ -1,0 +1,61 @@
+"""What a command cut short (a Ctrl-C, a SIGTERM or SIGHUP taken as one) keeps, and its one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.progress import RequestBar
+
+GENERATE = ["generate", "llama-tiny", "--prompt", "a", "--prompt", "b", "--prompt", "c", "--max-tokens", "3"]
+
+
+@pytest.fixture
+def ctrl_c_after_two_answers(monkeypatch):
+    """A Ctrl-C as the second request is answered (its output handed on, the bar told)."""
+    hear = RequestBar.hear
+
+    def then_ctrl_c(self, done, total):
+        hear(self, done, total)
+        if done == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RequestBar, "hear", then_ctrl_c)
+
+
+def test_a_generate_cut_short_prints_the_outputs_it_finished(
+    zoo, capsys, monkeypatch, ctrl_c_after_two_answers
+):
+    """A Ctrl-C during `generate` printed nothing: the outputs already finished were lost. Now they
+    are printed, as an uninterrupted run prints them, and the line says how many of all."""
+    with monkeypatch.context() as m:
+        m.setattr(RequestBar, "hear", lambda *a: None)
+        assert main(GENERATE) == 0
+    whole = capsys.readouterr().out.splitlines()
+    assert main(GENERATE) == 130
+    out, err = capsys.readouterr()
+    finished = [out.splitlines()[i : i + 2] for i in range(0, len(out.splitlines()), 2)]
+    assert len(finished) == 2 and all(f[0] in whole and f == whole[whole.index(f[0]) :][:2] for f in finished)
+    said = "2 of 3 outputs finished, printed above (the same command runs them all again)"
+    assert err.splitlines()[-1] == f"radixflow: interrupted; {said}"
+
+
+def test_a_generate_cut_short_gives_json_of_the_outputs_it_finished_in_their_places(
+    zoo, capsys, monkeypatch, ctrl_c_after_two_answers
+):
+    """With --json the list keeps each output at its prompt's place, null for one not finished."""
+    with monkeypatch.context() as m:
+        m.setattr(RequestBar, "hear", lambda *a: None)
+        assert main([*GENERATE, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main([*GENERATE, "--json"]) == 130
+    out, err = capsys.readouterr()
+    cut = json.loads(out)
+    assert len(cut) == 3 and sum(o is None for o in cut) == 1
+    assert all(o is None or o == w for o, w in zip(cut, whole, strict=True))
+    said = (
+        "2 of 3 outputs finished, printed above, null for the others (the same command runs them all again)"
+    )
+    assert err.splitlines()[-1] == f"radixflow: interrupted; {said}"

@@ -147,7 +147,7 @@ def _signals_end_it() -> None:
 
 def _command(argv: list[str] | None, console: Console) -> int:
     commands = {cmd.name: cmd for cmd in COMMANDS}
-    term = SigtermAsCtrlC()  # a SIGTERM stops a command as a Ctrl-C does, unless it handles its own
+    term = SigtermAsCtrlC()  # a SIGTERM or SIGHUP stops a command as a Ctrl-C does, unless it handles its own
     args = None
     try:
         args = build_parser().parse_args(argv)
@@ -159,9 +159,8 @@ def _command(argv: list[str] | None, console: Console) -> int:
     except ProblemError as e:  # an option or input the engine's own checks refused
         spell = functools.partial(_spelling, model_flag=getattr(args, MODEL_FLAG, None))
         return _ended(f"error: {e.problem.render(spell)}", 2, e)
-    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one
-        said, code = ("terminated", 128 + signal.SIGTERM) if term.came else ("interrupted", 130)
-        return _ended(said, code, e)
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM or SIGHUP taken as one
+        return _ended(*term.ended(), e)
     except BrokenPipeError:  # the reader of stdout left early (`radixflow cost ... | head`)
         return _reader_left()
 

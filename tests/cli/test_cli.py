@@ -727,7 +727,12 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize(
-    ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+    ("sig", "said", "code"),
+    [
+        (signal.SIGINT, "interrupted", 130),
+        (signal.SIGTERM, "terminated", 143),
+        (signal.SIGHUP, "hung up", 129),
+    ],
 )
 def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked_interrupted(
     tmp_path, sig, said, code
@@ -735,7 +740,8 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     """A Ctrl-C (or SIGTERM) during `bench` wrote neither --json nor --round-trace: the policies
     finished were lost, and an older file at the path stayed as if it were this run's. Now both
     hold the trials finished, the JSON marked "interrupted" with the trials it lacks, and the one
-    line says where they are."""
+    line says where they are. A SIGHUP (the terminal or the ssh session closed) killed the run
+    outright, as SIGTERM once did: now it is taken as a Ctrl-C too."""
     out, rounds, whole = tmp_path / "out.json", tmp_path / "rounds.jsonl", tmp_path / "whole.json"
     out.write_text('{"old": true}\n')
     rounds.write_text('{"old": true}\n')

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from rich.console import Console
 
@@ -168,7 +168,10 @@ def _command(argv: list[str] | None, console: Console) -> int:
 def _ended(said: str, code: int, error: BaseException) -> int:
     """``code``, once ``said`` and ``error``'s notes are one line on stderr; or the process ends
     here, with ``code``, where the command left its engine thread behind (`engine_left`)."""
-    print(f"radixflow: {with_notes(said, error)}", file=sys.stderr, flush=True)
+    try:
+        print(f"radixflow: {with_notes(said, error)}", file=sys.stderr, flush=True)
+    except OSError:  # stderr gone (a hangup took the terminal): the exit code still says it
+        _to_devnull(sys.stderr)
     if engine_left(error):
         sys.stdout.flush()
         os._exit(code)
@@ -178,5 +181,17 @@ def _ended(said: str, code: int, error: BaseException) -> int:
 def _reader_left() -> int:
     """End quietly, as SIGPIPE ends a shell tool: stdout now points at /dev/null, so the
     interpreter's last flush of what is still buffered cannot raise a second BrokenPipeError."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _to_devnull(sys.stdout)
     return 128 + signal.SIGPIPE
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null, where a write to it failed: what it still
+    buffers is then written there at the interpreter's exit, not failed again (a second message,
+    and status 120). A stream without a descriptor is left as it is."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)

@@ -774,6 +774,28 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     assert trace and {row["policy"] for row in trace} == {"native"}
 
 
+def test_a_bench_hung_up_on_whose_stderr_is_gone_keeps_its_results_and_exits_129(tmp_path):
+    """A hangup (an ssh session dropped) takes the terminal too: the one line could not be written,
+    and that failure was a traceback (to nowhere) and exit 1 instead of the signal's 129. Now the
+    line is dropped where stderr is gone; the results are written and the exit code is the hangup's."""
+    out = tmp_path / "out.json"
+    argv = [sys.executable, "-c", HELD_AT_SECOND_POLICY, *SMALL_BENCH, "--runner", "sim", "--json", str(out)]
+    default_int = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen(argv, **pipes, text=True, env=checkout_env(), preexec_fn=default_int)
+    try:
+        assert proc.stdout.readline() == "summarized native\n"
+        assert proc.stdout.readline() == "summarized radixflow\n"  # and held there
+        proc.stderr.close()  # the reader of stderr gone, before the signal
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and [r["policy"] for r in data["results"]] == ["native"]
+
+
 # the command line's own process, given a signal once its command has ended, as the interpreter
 # ends (a second or two with torch loaded, after an interrupted run's one line)
 SIGNAL_AS_IT_ENDS = """

@@ -9,7 +9,9 @@ seconds (a run that short needs no progress report, and a log of it stays clean)
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from types import TracebackType
 from typing import IO, Any
 
 from rich.console import Console
@@ -39,6 +41,15 @@ class LoggedProgress(Progress):
         )
         self._quiet_s = QUIET_S if quiet_s is None else quiet_s
         self._logged: dict[TaskID, int] = {}  # task -> the last step it printed
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """As rich's; a bar that cannot be cleared (the terminal gone: a hangup, an ssh session
+        dropped) is no failure of the command: whatever ended the block (the hangup's interrupt)
+        goes on as it came, and the command's own writes say what cannot be written."""
+        with contextlib.suppress(OSError):
+            super().__exit__(kind, error, tb)
 
     def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
         """As rich's; the description is shown as given (see `update`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from radixflow.progress import LoggedProgress
@@ -83,3 +84,27 @@ def test_standard_output_that_is_not_a_terminal_is_left_alone(capsys):
         print('{"line": 1}')  # standard output here is pytest's capture, not a terminal
     assert capsys.readouterr().out == '{"line": 1}\n'
     assert '{"line": 1}' not in console.file.getvalue()
+
+
+class GoneTerminal(io.StringIO):
+    """A terminal that hung up: every write fails, as a tty's do once it is closed (EIO)."""
+
+    gone = False
+
+    def write(self, text: str) -> int:
+        if self.gone:
+            raise OSError(5, "Input/output error")
+        return super().write(text)
+
+
+def test_a_bar_on_a_terminal_gone_lets_the_interrupt_that_ended_it_through():
+    """A hangup took the terminal, then (taken as a Ctrl-C) stopped the run: the bar, cleared as it
+    ended, failed to write, and that OSError replaced the interrupt (bench's JSON said an error,
+    the command ended in a traceback and exit 1). Now the interrupt goes on as it came."""
+    file = GoneTerminal()
+    console = Console(file=file, force_terminal=True, width=80)
+    with pytest.raises(KeyboardInterrupt), LoggedProgress(console=console) as progress:
+        progress.add_task("work", total=10)
+        file.gone = True
+        raise KeyboardInterrupt
+    assert not progress.live.is_started

@@ -25,7 +25,7 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, write_stdout
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
 from radixflow.cli.serve_setup import refuse_setup
@@ -71,8 +71,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(e.render(sampling_flag)) from None
     except (ChatTemplateError, ValueError) as e:
         raise UsageError(str(e)) from None
-    except GenerationError as e:
-        print(f"radixflow: error: {e}", file=sys.stderr)
+    except GenerationError as e:  # a round failed: what finished before it is still printed
+        if finished:
+            _print_finished(args, console, llm, finished, e)
+        print(f"radixflow: {with_notes(f'error: {e}', e)}", file=sys.stderr)
         warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
         return 1
     _print_outputs(args, console, llm, outputs)
@@ -101,9 +103,9 @@ def _print_finished(
     finished: dict[int, GenerationOutput],
     stopped: BaseException,
 ) -> None:
-    """The outputs a run ``stopped`` cut short had finished, printed as a whole run prints them
-    (in ``--json``'s list each at its place, null for the others); ``stopped`` gets a note saying
-    so, or why they could not be."""
+    """The outputs a run ``stopped`` cut short (a Ctrl-C, a failed round) had finished, printed as
+    a whole run prints them (in ``--json``'s list each at its place, null for the others);
+    ``stopped`` gets a note saying so, or why they could not be."""
     total = len(args.prompt) * args.n
     # the run is stopping already: a second Ctrl-C as they go out would lose them
     with HeldInterrupt():

@@ -59,3 +59,32 @@ def test_a_generate_cut_short_gives_json_of_the_outputs_it_finished_in_their_pla
         "2 of 3 outputs finished, printed above, null for the others (the same command runs them all again)"
     )
     assert err.splitlines()[-1] == f"radixflow: interrupted; {said}"
+
+
+def test_a_generate_whose_round_fails_still_prints_the_outputs_it_finished(zoo, capsys, monkeypatch):
+    """A round that failed (its worker call raised) ended `generate` with its one line and exit 1,
+    and the outputs finished before it were lost with it. Now they are printed first."""
+    from radixflow.runners.torch_runner import TorchRunner
+
+    failing, run, hear = [], TorchRunner.run, RequestBar.hear
+
+    def lost_once_one_is_done(self, batch):
+        if failing:
+            raise RuntimeError("device lost")
+        return run(self, batch)
+
+    def then_fail(self, done, total):
+        hear(self, done, total)
+        failing.append(done)
+
+    one_a_round = [*GENERATE, "--max-requests", "1"]  # the prompts finish in rounds of their own
+    assert main(one_a_round) == 0
+    whole = capsys.readouterr().out.splitlines()
+    monkeypatch.setattr(TorchRunner, "run", lost_once_one_is_done)
+    monkeypatch.setattr(RequestBar, "hear", then_fail)
+    assert main(one_a_round) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == whole[:2]  # the first prompt's output, as a whole run prints it
+    line = err.splitlines()[-1]
+    assert line.startswith("radixflow: error: prompt 1 (request ") and "device lost" in line
+    assert line.endswith("; 1 of 3 outputs finished, printed above (the same command runs them all again)")

@@ -24,9 +24,9 @@ from radixflow.cli.args import (
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_outputs import (
     is_stdout,
+    keep_finished,
+    keep_outputs,
     to_stdout_flag,
-    try_outputs,
-    where,
     write_file,
     write_outputs,
     write_text,
@@ -86,6 +86,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         _show(runs, title, config, console, load)
         write_outputs(args, report)
+    except KeyboardInterrupt as e:  # a Ctrl-C as the finished run's results go out: its files still go
+        with HeldInterrupt():  # the run is stopping already: a second Ctrl-C changes nothing
+            keep_finished(args, report, e)
+            with contextlib.suppress(UsageError):  # the trace's failure: one line is the interrupt's
+                _write_trace(setup)
+        note_trace_kept(setup, e)
+        raise
     except (BrokenPipeError, StdoutUnwritable):  # `bench ... | head`: the finished run's files still go
         write_outputs(args, report, to_stdout=False)
         _write_trace(setup)
@@ -158,34 +165,15 @@ def _config(
 def _cut_short(
     args: argparse.Namespace, setup: EngineSetup, report: BenchReport, stopped: BaseException
 ) -> None:
-    """The run ``stopped`` cut short keeps the trials it finished (`_keep_outputs`) and says where
+    """The run ``stopped`` cut short keeps the trials it finished (`keep_outputs`) and says where
     its trace is; an error (not a Ctrl-C) is written into the JSON in one line (mutates ``report``)."""
     if not isinstance(stopped, KeyboardInterrupt):
         report.error = f"{type(stopped).__name__}: {stopped}"
     # the run is stopping already: a second Ctrl-C (a double tap, or a SIGTERM taken as one) as
     # they go out, each a synced write, would lose the trials finished, the old files left
     with HeldInterrupt():
-        _keep_outputs(args, report, stopped)
+        keep_outputs(args, report, stopped)
     note_trace_kept(setup, stopped)
-
-
-def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:
-    """A run cut short writes ``--json`` and ``--round-trace`` with the trials it finished (the
-    JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
-    this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
-    try:
-        written, failed = try_outputs(args, report)
-    except BrokenPipeError:  # the interrupt still ends the run, not this
-        stopped.add_note("standard output closed")
-        return
-    if failed:  # the other output may still have been written: said after it
-        stopped.add_note(str(failed[0]))
-    if written:
-        done = sum(len(run.trial_runs()) for run in report.runs)
-        total = done + len(report.unfinished or [])
-        kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
-        marked = "marked interrupted; " if args.json is not None and where(args.json) in written else ""
-        stopped.add_note(f"{kept} ({marked}the same command runs them all again)")
 
 
 def _placements(given: str | None, names: list[str], recurrent: bool) -> str | dict[str, str]:

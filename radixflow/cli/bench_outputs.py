@@ -72,6 +72,36 @@ def try_outputs(
     return written, failed
 
 
+def keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:
+    """A run cut short writes ``--json`` and ``--round-trace`` with the trials it finished (the
+    JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
+    this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
+    try:
+        written, failed = try_outputs(args, report)
+    except BrokenPipeError:  # the interrupt still ends the run, not this
+        stopped.add_note("standard output closed")
+        return
+    if failed:  # the other output may still have been written: said after it
+        stopped.add_note(str(failed[0]))
+    if written:
+        done = sum(len(run.trial_runs()) for run in report.runs)
+        total = done + len(report.unfinished or [])
+        kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
+        marked = "marked interrupted; " if args.json is not None and where(args.json) in written else ""
+        stopped.add_note(f"{kept} ({marked}the same command runs them all again)")
+
+
+def keep_finished(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:
+    """A finished run ``stopped`` as its results went out (the table, a file) writes its files
+    whole (standard output's left out: its reader may have half of it already); ``stopped``
+    gets a note saying where they are, or why one could not be written."""
+    written, failed = try_outputs(args, report, to_stdout=False)
+    if failed:
+        stopped.add_note(str(failed[0]))
+    if written:
+        stopped.add_note(f"every policy run had finished, written to {' and '.join(written)}")
+
+
 def outputs(
     args: argparse.Namespace, report: BenchReport, to_stdout: bool
 ) -> list[tuple[str, Path, Callable[[], str]]]:

@@ -88,3 +88,34 @@ def test_a_generate_whose_round_fails_still_prints_the_outputs_it_finished(zoo, 
     line = err.splitlines()[-1]
     assert line.startswith("radixflow: error: prompt 1 (request ") and "device lost" in line
     assert line.endswith("; 1 of 3 outputs finished, printed above (the same command runs them all again)")
+
+
+BENCH = ["bench", "--runner", "sim", "--groups", "2", "--candidates", "2", "--context-len", "32"]
+
+
+def test_a_ctrl_c_as_a_finished_bench_shows_its_table_still_writes_its_files(tmp_path, capsys, monkeypatch):
+    """Every policy run had finished; a Ctrl-C as the table was printed (or --json written) lost
+    them all: no file written, an older one left as if it were this run's. Now the files are
+    written whole, and the line says the run had finished."""
+    from radixflow.cli import bench
+
+    out, rounds = tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    out.write_text('{"old": true}\n')
+    assert main([*BENCH, "--json", str(tmp_path / "whole.json")]) == 0
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    capsys.readouterr()
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "_show", ctrl_c)
+    assert main([*BENCH, "--json", str(out), "--round-trace", str(rounds)]) == 130
+    data = json.loads(out.read_text())
+    assert "interrupted" not in data and data["results"] == whole["results"]
+    assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {
+        "native",
+        "radixflow",
+        "adaptive",
+    }
+    said = f"every policy run had finished, written to {out} and {rounds}"
+    assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: interrupted; {said}"

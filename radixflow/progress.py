@@ -17,6 +17,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, ProgressColumn, TaskID
+from rich.text import Text
 
 LOG_STEPS = 20  # lines per task when the output is not a terminal: one every 5%
 QUIET_S = 5.0  # seconds a task runs before its first line
@@ -81,12 +82,17 @@ class LoggedProgress(Progress):
             return
         self._logged[task_id] = step
         eta = elapsed * (task.total - task.completed) / task.completed
-        self.console.print(
-            f"{task.description}: {task.completed:.0f}/{task.total:.0f} ({task.completed / task.total:.0%}), "
-            f"{elapsed:.0f} s, ETA {max(eta, 0.0):.0f} s",
-            highlight=False,
-            soft_wrap=True,  # one line in a log however long (a console off a terminal is 80 wide)
+        name = Text.from_markup(task.description).plain  # as given (`add_task` escaped it)
+        line = (
+            f"{name}: {task.completed:.0f}/{task.total:.0f} ({task.completed / task.total:.0%}), "
+            f"{elapsed:.0f} s, ETA {max(eta, 0.0):.0f} s\n"
         )
+        # one line in a log however long, written as it is: a log that cannot take it (its reader
+        # gone, its disk full) loses the line, not the run (rich's console would exit with status 1,
+        # standard output pointed at /dev/null, the command's results with it)
+        with contextlib.suppress(OSError):
+            self.console.file.write(line)
+            self.console.file.flush()
 
 
 class RequestBar:

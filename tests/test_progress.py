@@ -108,3 +108,30 @@ def test_a_bar_on_a_terminal_gone_lets_the_interrupt_that_ended_it_through():
         file.gone = True
         raise KeyboardInterrupt
     assert not progress.live.is_started
+
+
+class LogGone(io.StringIO):
+    """A log that takes no more lines: its reader left (a pipe), or its disk is full."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [BrokenPipeError(32, "Broken pipe"), OSError(28, "No space left")])
+def test_a_progress_line_the_log_cannot_take_is_dropped_not_the_run(monkeypatch, error):
+    """A log whose reader left (`2> >(head)`) or whose disk filled ended the run at its first
+    progress line: rich exited with status 1 (pointing standard output at /dev/null first, so the
+    table and --json - were lost too), or the OSError was a crash; bench wrote none of its files.
+    Now the line is dropped and the run goes on."""
+    redirected = []
+    monkeypatch.setattr("os.dup2", lambda *fds: redirected.append(fds))
+    console = Console(file=LogGone(error), force_terminal=False, width=200)
+    with LoggedProgress(console=console, quiet_s=0.0) as progress:
+        task = progress.add_task("work", total=4)
+        for _ in range(4):
+            progress.advance(task, 1)
+    assert progress.tasks[0].completed == 4 and redirected == []

@@ -25,7 +25,14 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, with_notes, write_stdout
+from radixflow.cli.command import (
+    Command,
+    StdoutUnwritable,
+    UsageError,
+    stdout_writes,
+    with_notes,
+    write_stdout,
+)
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
 from radixflow.cli.serve_setup import refuse_setup
@@ -154,7 +161,8 @@ def _show(console: Console, *parts: tuple[str, str]) -> None:
     if console.is_terminal:
         console.print(Text.assemble(*parts), soft_wrap=True)
     else:
-        console.file.write("".join(text for text, _ in parts) + "\n")
+        with stdout_writes():  # a full disk behind `> out.txt`: one line, as rich's writes say it
+            console.file.write("".join(text for text, _ in parts) + "\n")
 
 
 def _prompt_that_ran(args: argparse.Namespace, llm: Any, i: int, out: GenerationOutput) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import sys
 
 import pytest
 
@@ -119,3 +122,20 @@ def test_a_ctrl_c_as_a_finished_bench_shows_its_table_still_writes_its_files(tmp
     }
     said = f"every policy run had finished, written to {out} and {rounds}"
     assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: interrupted; {said}"
+
+
+class FullDisk(io.StringIO):
+    """Standard output on a disk with no space left (``> out.txt``)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]], ids=["text", "json"])
+def test_generate_to_a_full_disk_is_one_line(zoo, capsys, monkeypatch, as_json):
+    """`generate ... > out.txt` on a full disk was an OSError traceback and exit 1 (text; --json
+    said one line): now one line and exit 2, as for any output that cannot be written."""
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    assert main([*GENERATE, *as_json]) == 2
+    said = "radixflow: error: cannot write standard output: No space left on device"
+    assert capsys.readouterr().err.splitlines()[-1] == said

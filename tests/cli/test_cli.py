@@ -533,10 +533,13 @@ def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_wa
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind
 
 
-def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("sig", "said", "code"), [(signal.SIGTERM, "terminated", 143), (signal.SIGHUP, "hung up", 129)]
+)
+def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsys, sig, said, code):
     """SIGTERM ended `score --input`, `run-batch`, `bench`, ... at once, exit 143 with no word and
     no cleanup; now main takes it as a Ctrl-C (one line, exit 143). `serve` keeps uvicorn's own
-    handling: no handler of main's is installed while it runs."""
+    handling: no handler of main's is installed while it runs. SIGHUP (the terminal closed) too."""
     import argparse
     import dataclasses
 
@@ -546,9 +549,9 @@ def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsy
 
     def probe(name):
         def run(args, console):
-            seen[name] = signal.getsignal(signal.SIGTERM)
+            seen[name] = signal.getsignal(sig)
             if name != "serve":
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), sig)
             return 0
 
         return run
@@ -560,16 +563,16 @@ def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsy
     commands = tuple(dataclasses.replace(c, run=probe(c.name)) for c in app.COMMANDS)
     monkeypatch.setattr(app, "COMMANDS", commands)
     monkeypatch.setattr(app, "build_parser", Parser)
-    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or Ray's once a test has started Ray
+    before = signal.getsignal(sig)  # SIG_DFL, or Ray's SIGTERM once a test has started Ray
     for command in commands:
-        code = app.main([command.name])
+        got = app.main([command.name])
         err = capsys.readouterr().err
         if command.name == "serve":
-            assert (code, err, seen["serve"]) == (0, "", before)
+            assert (got, err, seen["serve"]) == (0, "", before)
         else:
-            assert (code, err) == (143, "radixflow: terminated\n"), command.name
+            assert (got, err) == (code, f"radixflow: {said}\n"), command.name
             assert seen[command.name] is not before
-        assert signal.getsignal(signal.SIGTERM) is before
+        assert signal.getsignal(sig) is before
 
 
 def test_a_sigterm_ignored_by_whoever_started_the_process_stays_ignored(monkeypatch):

@@ -218,6 +218,8 @@ class LLM(ModelHolder):
         with an output (its index in ``calls``) as it is."""
         if progress is not None and not callable(progress):  # else the first answer's call fails the batch
             raise ValueError(f"progress: must be a function (done, total), got {progress!r}")
+        if on_output is not None and not callable(on_output):
+            raise ValueError(f"on_output: must be a function (index, output), got {on_output!r}")
         refuse(self.engine, calls, labels)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(

@@ -906,6 +906,16 @@ def test_one_prompt_of_token_ids_in_an_array_is_named_as_given(llm):
     assert llm.engine.requests == []
 
 
+def test_on_output_hears_each_output_at_its_place_and_one_that_cannot_be_called_is_refused(llm):
+    heard = {}
+    outputs = llm.generate(PROMPTS, GREEDY, on_output=heard.__setitem__)
+    assert [heard[i] for i in range(len(PROMPTS))] == outputs
+    # called only as the first request ended, it would abort the whole batch with a TypeError
+    with pytest.raises(ValueError, match=r"^on_output: must be a function \(index, output\), got 3$"):
+        llm.generate(PROMPTS[2:4], GREEDY, on_output=3)  # type: ignore[arg-type]
+    assert llm.engine.requests == []
+
+
 @pytest.mark.parametrize("progress", [True, "bar", 3])
 def test_a_progress_hook_that_cannot_be_called_is_refused_before_anything_runs(llm, progress):
     # it was called only as the first request ended: a TypeError then aborted the whole batch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,10 +52,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out = args.out or default_out(options.device)
     check_output_paths({"--out": out}, {})  # before minutes of timing
     refuse_out_in_checkpoint(out, args.model, model_spelling(args))
+    started = time.time()
     try:
         return calibration.run(args, console)
     except CalibrationUsageError as e:
         raise UsageError(str(e)) from None
+    except KeyboardInterrupt as e:  # once the fit is done: --out written whole, the timing not lost
+        if _written_since(out, started):
+            e.add_note(f"the fitted profile was written to {out} before it stopped")
+        raise
+
+
+def _written_since(path: Path, started: float) -> bool:
+    """Whether ``path`` was written at ``started`` or since (this run wrote it)."""
+    try:
+        return path.stat().st_mtime >= started
+    except OSError:  # not there
+        return False
 
 
 def refuse_unknown_models(models: list[str], options: EngineOptions) -> None:

@@ -139,3 +139,27 @@ def test_generate_to_a_full_disk_is_one_line(zoo, capsys, monkeypatch, as_json):
     assert main([*GENERATE, *as_json]) == 2
     said = "radixflow: error: cannot write standard output: No space left on device"
     assert capsys.readouterr().err.splitlines()[-1] == said
+
+
+def test_a_ctrl_c_once_calibrate_wrote_its_profile_says_it_was_written(zoo, tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after the fit, as each model's own fit was stored (a synced write each) or the
+    table printed, said only "interrupted": --out had been written whole, but the line read as if
+    the minutes of timing were lost. Now it says where the profile is."""
+    from dataclasses import replace
+
+    from radixflow.calibration import command
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    fitted = replace(HARDWARE["h100"], calibration={"runners": {}})
+    monkeypatch.setattr(command, "_time_and_fit", lambda *a: (fitted, [], {}))
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "_store_own_fits", ctrl_c)
+    out = tmp_path / "p.json"
+    out.write_text("the previous profile\n")
+    assert main(["calibrate", "--model", "lfm2-tiny", "--out", str(out)]) == 130
+    said = f"the fitted profile was written to {out} before it stopped"
+    assert capsys.readouterr().err == f"radixflow: interrupted; {said}\n"
+    assert json.loads(out.read_text())["name"] == fitted.name

@@ -173,7 +173,8 @@ def _ended(said: str, code: int, error: BaseException) -> int:
     except OSError:  # stderr gone (a hangup took the terminal): the exit code still says it
         _to_devnull(sys.stderr)
     if engine_left(error):
-        sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):  # stdout gone too: the exit must still come
+            sys.stdout.flush()
         os._exit(code)
     return code
 

@@ -130,6 +130,9 @@ class FullDisk(io.StringIO):
     def write(self, text: str) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
 
 @pytest.mark.parametrize("as_json", [[], ["--json"]], ids=["text", "json"])
 def test_generate_to_a_full_disk_is_one_line(zoo, capsys, monkeypatch, as_json):
@@ -163,3 +166,22 @@ def test_a_ctrl_c_once_calibrate_wrote_its_profile_says_it_was_written(zoo, tmp_
     said = f"the fitted profile was written to {out} before it stopped"
     assert capsys.readouterr().err == f"radixflow: interrupted; {said}\n"
     assert json.loads(out.read_text())["name"] == fitted.name
+
+
+def test_a_command_that_left_its_engine_behind_ends_by_its_code_though_stdout_is_gone(monkeypatch, capsys):
+    """A run-batch (or serve) cut short with its engine stuck in a round ends at once (the
+    interpreter's shutdown would wait on that thread); stdout's last flush came first, and where a
+    hangup had taken the terminal it raised: a traceback, and the shutdown it was to skip."""
+    import os
+
+    from radixflow.cli import app
+    from radixflow.cli.command import ROUND_LEFT
+
+    ended = []
+    monkeypatch.setattr(os, "_exit", ended.append)
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    stopped = KeyboardInterrupt()
+    stopped.add_note(ROUND_LEFT)
+    app._ended("hung up", 129, stopped)
+    assert ended == [129]
+    assert capsys.readouterr().err == f"radixflow: hung up; {ROUND_LEFT}\n"

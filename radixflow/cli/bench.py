@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -23,6 +24,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_outputs import (
+    finished,
     is_stdout,
     keep_finished,
     keep_outputs,
@@ -71,17 +73,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
         write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
     trials = Trials(names, args.repeat)
+    noun = "request" if len(requests) == 1 else "requests"
+    title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     load_start = load_now()
     try:
         runs = _run(args, setup, requests, trials)
     except (KeyboardInterrupt, Exception) as e:  # a Ctrl-C (or a SIGTERM taken as one), or a crash
         config, load = _config(args, plan, setup, names), load_between(load_start, load_now())
-        _cut_short(args, setup, BenchReport(workload, config, trials.runs(), trials.unfinished(), load), e)
+        report = BenchReport(workload, config, trials.runs(), trials.unfinished(), load)
+        _cut_short(args, setup, report, e, lambda: _show(report.runs, title, config, console, load))
         raise
     load = load_between(load_start, load_now())
     config = _config(args, plan, setup, names)
-    noun = "request" if len(requests) == 1 else "requests"
-    title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     report = BenchReport(workload, config, runs, load=load)
     try:
         _show(runs, title, config, console, load)
@@ -163,17 +166,36 @@ def _config(
 
 
 def _cut_short(
-    args: argparse.Namespace, setup: EngineSetup, report: BenchReport, stopped: BaseException
+    args: argparse.Namespace,
+    setup: EngineSetup,
+    report: BenchReport,
+    stopped: BaseException,
+    show: Callable[[], None],
 ) -> None:
-    """The run ``stopped`` cut short keeps the trials it finished (`keep_outputs`) and says where
-    its trace is; an error (not a Ctrl-C) is written into the JSON in one line (mutates ``report``)."""
+    """The run ``stopped`` cut short keeps the trials it finished (`keep_outputs`), ``show``s their
+    table, and says where its trace is; an error (not a Ctrl-C) is written into the JSON in one
+    line (mutates ``report``)."""
     if not isinstance(stopped, KeyboardInterrupt):
         report.error = f"{type(stopped).__name__}: {stopped}"
     # the run is stopping already: a second Ctrl-C (a double tap, or a SIGTERM taken as one) as
     # they go out, each a synced write, would lose the trials finished, the old files left
     with HeldInterrupt():
-        keep_outputs(args, report, stopped)
+        written = keep_outputs(args, report, stopped)
+        if report.runs and _shown(show) and not written:
+            done, total = finished(report)
+            again = "the same command runs them all again"
+            stopped.add_note(f"{done} of {total} policy runs finished, shown above ({again})")
     note_trace_kept(setup, stopped)
+
+
+def _shown(show: Callable[[], None]) -> bool:
+    """Whether ``show`` could show the table (its stream may be gone: its reader left, a hangup
+    took the terminal; the interrupt still ends the run, not this)."""
+    try:
+        show()
+    except (OSError, StdoutUnwritable):
+        return False
+    return True
 
 
 def _placements(given: str | None, names: list[str], recurrent: bool) -> str | dict[str, str]:

@@ -72,23 +72,30 @@ def try_outputs(
     return written, failed
 
 
-def keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:
+def keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> list[str]:
     """A run cut short writes ``--json`` and ``--round-trace`` with the trials it finished (the
     JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
-    this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
+    this run's. ``stopped`` gets a note saying where they are, or why one could not be written.
+    Where they went (`where`)."""
     try:
         written, failed = try_outputs(args, report)
     except BrokenPipeError:  # the interrupt still ends the run, not this
         stopped.add_note("standard output closed")
-        return
+        return []
     if failed:  # the other output may still have been written: said after it
         stopped.add_note(str(failed[0]))
     if written:
-        done = sum(len(run.trial_runs()) for run in report.runs)
-        total = done + len(report.unfinished or [])
+        done, total = finished(report)
         kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
         marked = "marked interrupted; " if args.json is not None and where(args.json) in written else ""
         stopped.add_note(f"{kept} ({marked}the same command runs them all again)")
+    return written
+
+
+def finished(report: BenchReport) -> tuple[int, int]:
+    """The policy runs (trials) a report holds, and how many were to run."""
+    done = sum(len(run.trial_runs()) for run in report.runs)
+    return done, done + len(report.unfinished or [])
 
 
 def keep_finished(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:

@@ -185,3 +185,31 @@ def test_a_command_that_left_its_engine_behind_ends_by_its_code_though_stdout_is
     app._ended("hung up", 129, stopped)
     assert ended == [129]
     assert capsys.readouterr().err == f"radixflow: hung up; {ROUND_LEFT}\n"
+
+
+def test_a_bench_cut_short_without_files_shows_the_policies_it_finished(capsys, monkeypatch):
+    """Without --json a Ctrl-C in bench's last policy lost the ones finished: the table was never
+    shown. Now it shows those finished, and the line says so."""
+    from radixflow.bench import harness
+
+    summarize = harness.summarize
+
+    def ctrl_c_at_adaptive(policy, *args):
+        if policy == "adaptive":
+            raise KeyboardInterrupt
+        return summarize(policy, *args)
+
+    assert main(BENCH) == 0
+    whole = capsys.readouterr().out
+    monkeypatch.setattr(harness, "summarize", ctrl_c_at_adaptive)
+    assert main(BENCH) == 130
+    out, err = capsys.readouterr()
+
+    def figures(table: str) -> list[str]:  # the first table's mean latencies, one per policy
+        row = next(line for line in table.splitlines() if "mean latency" in line)
+        return [cell.strip() for cell in row.split("│")[2:-1]]
+
+    assert figures(out)[:2] == figures(whole)[:2]  # native's and radixflow's, as the whole run's
+    assert "adaptive" not in out
+    said = "2 of 3 policy runs finished, shown above (the same command runs them all again)"
+    assert err.splitlines()[-1] == f"radixflow: interrupted; {said}"

@@ -1209,7 +1209,10 @@ def test_a_ctrl_c_says_where_the_trace_is(zoo, tmp_path, capsys, monkeypatch, co
         else ["--context", "x", "--candidate", " y"]
     )
     assert main([command, MODEL, *given, "--trace-out", str(path)]) == 130
-    said = f"radixflow: interrupted; the trace, down to where the run stopped, is in {path}"
+    # the output finished as the Ctrl-C came is printed (generate), and said before the trace
+    printed = "1 of 1 output finished, printed above (the same command runs them all again); "
+    kept = printed if command == "generate" else ""
+    said = f"radixflow: interrupted; {kept}the trace, down to where the run stopped, is in {path}"
     assert capsys.readouterr().err.splitlines()[-1] == said
     assert json.loads(path.read_text())["traceEvents"]
 

@@ -81,8 +81,10 @@ class SamplingParams(TokenSamplingParams):
             return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
         if base == NO_ALLOWED_TOKEN and self.bad_words:
             return Problem("bad_words", "ban every one of the allowed_token_ids", ("allowed_token_ids",))
-        # (guided choices first: only then is min_tokens within max_tokens, a number to spell)
-        if self.guided_choice and base == short_choices_problem(self.min_tokens):
+        # (guided choices first: only then is min_tokens within max_tokens, a number to spell; a
+        # tuple first: an array's truth is numpy's error, its shape is refused below)
+        choices = self.guided_choice
+        if isinstance(choices, tuple) and choices and base == short_choices_problem(self.min_tokens):
             return short_choices_problem(self.min_tokens, "guided_choice")
         if base is not None:
             return base

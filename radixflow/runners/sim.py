@@ -21,6 +21,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
+from radixflow.runners.sim_hash import SHARED
 from radixflow.runners.token_rules import token_rules
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
@@ -69,7 +70,8 @@ def sim_token(namespace: str, prompt: tuple[int, ...], vocab_size: int) -> int:
     """The 'generated' token: a deterministic hash of namespace and the sequence so far.
 
     The sim's model puts probability 1 on this token (`sim_pick` is what it samples); there are
-    no logits.
+    no logits. The runner computes it from cached states of the sequence's prefixes
+    (`sim_hash.PrefixHashes`, the same bytes hashed); this is its definition.
     """
     digest = hashlib.sha256(f"{namespace}|{','.join(map(str, prompt))}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % vocab_size
@@ -86,7 +88,7 @@ def sim_pick(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) 
 def sim_sample(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) -> Sample:
     """`sim_pick`'s token with its logprob under the sim's model: 0 for its own token, -inf for
     one the rules forced instead (the model gives it no probability). Pure."""
-    first = sim_token(chunk.namespace, chunk.tokens, vocab_size)
+    first = SHARED.token(chunk.namespace, chunk.tokens, vocab_size)  # sim_token, its prefixes cached
     if not chunk.sampling.adjusts_logits:
         return Sample(first, 0.0)  # no rule forbids a token (every bench request): the hash
     rules = token_rules(chunk.sampling, chunk.tokens[chunk.prompt_len :], eos)

@@ -1,0 +1,85 @@
+"""`sim_token`'s hash without rehashing a shared prefix: the sim runner's token is the SHA-256 of
+``"namespace|t0,t1,...,tn-1"``, so hashing each sequence from scratch costs O(n) string work per
+sampled token, O(n^2) over a decoded request and once per candidate over a shared context.
+
+`PrefixHashes` keeps the hash state after each whole block of ``BLOCK`` tokens, keyed by the state
+before it and the block's tokens (a trie over blocks), and resumes from the deepest one it holds:
+the digest is that of the same bytes fed in the same order, so the token is `sim_token`'s exactly.
+The states are bounded (least recently used dropped first) and shared by every sim runner of the
+process, behind a lock (a server steps its engines from several threads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+BLOCK = 64  # tokens between two kept states: a walk steps n / BLOCK blocks, a tail joins < BLOCK
+# kept states at most, each about 1 KB (its block's key tuple, the state, the index entry): a few MB
+CAPACITY = 1 << 13
+
+_Key = tuple[int, Any]  # (0, namespace) for a namespace's first state; (state id, block) after it
+_State = tuple[int, Any]  # (state id, hashlib state after it: never updated once kept)
+
+
+class PrefixHashes:
+    """SHA-256 digests of ``"namespace|t0,t1,..."`` from cached states of their block prefixes."""
+
+    def __init__(self, block: int = BLOCK, capacity: int = CAPACITY) -> None:
+        self.block, self.capacity = block, capacity
+        self._states: OrderedDict[_Key, _State] = OrderedDict()
+        self._next_id = 1
+        self._lock = threading.Lock()
+
+    def token(self, namespace: str, tokens: Sequence[int], vocab_size: int) -> int:
+        """`sim_token` (``sim.py``) of ``namespace`` and ``tokens``."""
+        return int.from_bytes(self.digest(namespace, tokens)[:8], "little") % vocab_size
+
+    def digest(self, namespace: str, tokens: Sequence[int]) -> bytes:
+        b = self.block
+        whole = len(tokens) // b * b
+        with self._lock:
+            state = self._kept((0, namespace)) or self._keep((0, namespace), None, namespace)
+            for at in range(0, whole, b):
+                block = tuple(tokens[at : at + b])
+                key = (state[0], block)
+                state = self._kept(key) or self._keep(key, state[1], _text(block, at == 0))
+        tail = state[1].copy()
+        tail.update(_text(tokens[whole:], whole == 0))
+        return tail.digest()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def _kept(self, key: _Key) -> _State | None:
+        found = self._states.get(key)
+        if found is not None:
+            self._states.move_to_end(key)
+        return found
+
+    def _keep(self, key: _Key, before: Any, text: str | bytes) -> _State:
+        """Keeps under ``key`` the state of ``before`` fed ``text`` (None: a namespace's first
+        state, ``text`` the namespace)."""
+        after = hashlib.sha256(f"{text}|".encode()) if before is None else before.copy()
+        if before is not None:
+            after.update(text)
+        state = self._states[key] = (self._next_id, after)
+        self._next_id += 1
+        if len(self._states) > self.capacity:  # a dropped state's children just go unreached
+            self._states.popitem(last=False)
+        return state
+
+
+def _text(tokens: Sequence[int], first: bool) -> bytes:
+    """The bytes ``tokens`` add to the hashed text: comma-separated, a comma before unless they
+    start the sequence."""
+    if not tokens:
+        return b""
+    joined = ",".join(map(str, tokens))
+    return (joined if first else "," + joined).encode()
+
+
+SHARED = PrefixHashes()  # every sim runner's: candidates of one context hash it once per process

@@ -1,0 +1,43 @@
+"""The sim runner's cached token hash (`PrefixHashes`) is `sim_token` exactly, and a decode step
+hashes only its last block again."""
+
+from __future__ import annotations
+
+import random
+
+from radixflow.runners.sim import sim_token
+from radixflow.runners.sim_hash import PrefixHashes
+
+VOCAB = 151_936
+
+
+def test_every_length_around_the_blocks_is_sim_token():
+    hashes = PrefixHashes(block=4, capacity=64)
+    seq = tuple(random.Random(1).randrange(VOCAB) for _ in range(13))
+    for n in range(len(seq) + 1):  # the empty sequence, partial and whole blocks, twice each
+        for _ in range(2):
+            assert hashes.token("default", seq[:n], VOCAB) == sim_token("default", seq[:n], VOCAB), n
+
+
+def test_namespaces_shared_prefixes_and_evictions_change_nothing():
+    rng = random.Random(2)
+    hashes = PrefixHashes(block=3, capacity=5)  # far fewer states than the prefixes seen: evicts
+    context = [rng.randrange(VOCAB) for _ in range(10)]
+    for i in range(60):
+        namespace = rng.choice(["default", "é|ns", "a,b"])
+        tokens = context[: rng.randrange(11)] + [rng.randrange(VOCAB) for _ in range(rng.randrange(8))]
+        for seq in (tokens, tuple(tokens)):  # a list or a tuple, as a chunk carries
+            assert hashes.token(namespace, seq, VOCAB) == sim_token(namespace, tuple(seq), VOCAB), i
+        assert len(hashes) <= 5
+
+
+def test_a_decode_step_keeps_at_most_one_new_state():
+    hashes = PrefixHashes(block=8, capacity=1000)
+    seq = tuple(range(100, 140))
+    hashes.digest("default", seq)
+    held = len(hashes)  # the namespace's state and one per whole block
+    assert held == 1 + len(seq) // 8
+    for n in range(len(seq) + 1, len(seq) + 20):
+        seq += (n,)
+        hashes.digest("default", seq)
+        assert len(hashes) == 1 + n // 8  # a state only where a block is completed

@@ -31,7 +31,8 @@ def match(tree: Tree, namespace: str, tokens: Sequence[int], limit: int, touch: 
             break
         if touch is not None:
             child.last_used = touch
-        shared = common_blocks(child.key, tokens, pos, bs)
+        # found by its first block: a one-block child (every decoded block's) is shared whole
+        shared = 1 if len(child.key) == bs else common_blocks(child.key, tokens, pos, bs)
         pos += shared * bs
         if shared * bs < len(child.key):
             break
@@ -60,7 +61,7 @@ def checkpointed(tree: Tree, namespace: str, tokens: Sequence[int], limit: int) 
         if (
             child is None
             or not child.materialized
-            or common_blocks(child.key, tokens, pos, bs) * bs < len(child.key)
+            or (len(child.key) > bs and common_blocks(child.key, tokens, pos, bs) * bs < len(child.key))
         ):
             break  # a checkpoint ends a materialized node: none past a partial or a bare one
         node, pos = child, child.end

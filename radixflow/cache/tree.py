@@ -106,7 +106,8 @@ class Tree:
             child = node.children.get(tokens[pos : pos + bs])
             if child is None:
                 child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
-            shared = common_blocks(child.key, tokens, pos, bs, stop)
+            # found by its first block (``stop`` is past it): a one-block child is shared whole
+            shared = 1 if len(child.key) == bs else common_blocks(child.key, tokens, pos, bs, stop)
             if shared * bs < len(child.key):
                 child = self._split(child, shared)
             path.append(child)

@@ -21,7 +21,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
-from radixflow.runners.sim_hash import SHARED
+from radixflow.runners.sim_hash import PrefixHashes
 from radixflow.runners.token_rules import token_rules
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
@@ -85,10 +85,18 @@ def sim_pick(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) 
     return sim_sample(chunk, vocab_size, eos).token
 
 
-def sim_sample(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) -> Sample:
+def sim_sample(
+    chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = (), hashes: PrefixHashes | None = None
+) -> Sample:
     """`sim_pick`'s token with its logprob under the sim's model: 0 for its own token, -inf for
-    one the rules forced instead (the model gives it no probability). Pure."""
-    first = SHARED.token(chunk.namespace, chunk.tokens, vocab_size)  # sim_token, its prefixes cached
+    one the rules forced instead (the model gives it no probability). Pure but for ``hashes``,
+    a runner's cache of `sim_token`'s prefix states (the same token, its prefixes hashed once)."""
+    seq = chunk.tokens
+    first = (
+        sim_token(chunk.namespace, seq, vocab_size)
+        if hashes is None
+        else hashes.token(chunk.namespace, seq, vocab_size)
+    )
     if not chunk.sampling.adjusts_logits:
         return Sample(first, 0.0)  # no rule forbids a token (every bench request): the hash
     rules = token_rules(chunk.sampling, chunk.tokens[chunk.prompt_len :], eos)
@@ -125,6 +133,7 @@ class SimRunner:
             kv_bytes_per_token=spec.cache_bytes_per_token(hardware.weight_bytes),
             checkpoint_bytes=spec.state_bytes(),
         )
+        self.hashes = PrefixHashes()  # its sequences' prefix states: each sampled token hashes what is new
 
     def validate(self, request: Request) -> Problem | None:
         # no logits, so no logprob to report: its sample's logprob 0 is no answer to ``logprobs``
@@ -149,7 +158,7 @@ class SimRunner:
     def run(self, batch: SchedulerOutput) -> RoundResult:
         cost = self.cost.breakdown(chunk_shapes(batch.chunks))
         samples = {
-            c.request_id: sim_sample(c, self.spec.vocab_size, self.model.eos_token_ids)
+            c.request_id: sim_sample(c, self.spec.vocab_size, self.model.eos_token_ids, self.hashes)
             for c in batch.chunks
             if c.sample
         }

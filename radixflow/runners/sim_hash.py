@@ -5,8 +5,8 @@ sampled token, O(n^2) over a decoded request and once per candidate over a share
 `PrefixHashes` keeps the hash state after each whole block of ``BLOCK`` tokens, keyed by the state
 before it and the block's tokens (a trie over blocks), and resumes from the deepest one it holds:
 the digest is that of the same bytes fed in the same order, so the token is `sim_token`'s exactly.
-The states are bounded (least recently used dropped first) and shared by every sim runner of the
-process, behind a lock (a server steps its engines from several threads).
+The states are bounded (least recently used dropped first), one store per sim runner, behind a
+lock (a runner whose engine is stepped from another thread than the one that built it).
 """
 
 from __future__ import annotations
@@ -80,6 +80,3 @@ def _text(tokens: Sequence[int], first: bool) -> bytes:
         return b""
     joined = ",".join(map(str, tokens))
     return (joined if first else "," + joined).encode()
-
-
-SHARED = PrefixHashes()  # every sim runner's: candidates of one context hash it once per process

@@ -41,3 +41,23 @@ def test_a_decode_step_keeps_at_most_one_new_state():
         seq += (n,)
         hashes.digest("default", seq)
         assert len(hashes) == 1 + n // 8  # a state only where a block is completed
+
+
+def test_each_runner_keeps_its_own_states_and_decodes_sim_tokens():
+    # one store per runner, not one per process: nothing a run leaves moves another's memory
+    from engine_utils import new_engine
+
+    from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+    from radixflow.scheduler import Request, SchedulerConfig
+    from radixflow.scheduler.sampling import SamplingParams
+
+    cfg = SchedulerConfig(token_budget=128, max_requests=4, block_size=8, num_blocks=64, num_state_slots=8)
+    used, idle = (SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"]) for _ in range(2))
+    prompt = tuple(range(1, 150))  # two whole blocks of the store's 64
+    req = Request("r", prompt, sampling=SamplingParams(max_tokens=5, ignore_eos=True))
+    new_engine(used, cfg).run([req])
+    expected: list[int] = []
+    for _ in range(5):
+        expected.append(sim_token("default", prompt + tuple(expected), used.model.vocab_size))
+    assert list(req.output) == expected
+    assert len(used.hashes) == 3 and len(idle.hashes) == 0  # the namespace's state and two blocks

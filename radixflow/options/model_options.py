@@ -59,7 +59,8 @@ class ModelOptions:
     matmul: str = option(
         "auto",
         "torch runner on a CPU in float32 (a plan is refused elsewhere): the matmul library per shape "
-        "class: auto (measured at startup), mkl, onednn, native (the native kernels' few-row product), "
+        "class: auto (the routes of the profile `radixflow calibrate` stored for this model and machine, "
+        "else measured at startup), mkl, onednn, native (the native kernels' few-row product), "
         "or class=library pairs for the classes single, decode and prefill",
         str,
         group="model",

@@ -82,6 +82,7 @@ LEAVES = {
     "partial_lines",
     "sigterm_kept",
     "ray_start",
+    "plugins",
 }
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Protocol
 
 from radixflow.cache.node import Node
+from radixflow.plugins import Registry
 from radixflow.problems import built
 
 Priority = tuple[float, ...]
@@ -211,10 +212,13 @@ def _since_checkpoint_above(node: Node) -> int:
     return node.end - (above.end if above is not None else 0)
 
 
-EVICTION_POLICIES: dict[str, Callable[[EntrySizes | None], EvictionPolicy]] = {
-    "lru": LRU,
-    "cost-per-byte": CostPerByte,
-}
+EVICTION_POLICIES: Registry[Callable[[EntrySizes | None], EvictionPolicy]] = Registry(
+    "eviction policy",
+    {
+        "lru": LRU,
+        "cost-per-byte": CostPerByte,
+    },
+)
 
 
 def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> EvictionPolicy:

@@ -22,6 +22,7 @@ from typing import Protocol
 from radixflow.cache.digest import chain_hashes
 from radixflow.fleet.memory import DEFAULT_CAPACITY, PrefixMemory
 from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
+from radixflow.plugins import Registry
 from radixflow.problems import Problem, ProblemError, built
 
 
@@ -221,11 +222,14 @@ class CheckpointAffinity:
 # every door's router when none is named (`serve --replicas`, an experiment cell, Serve's router):
 # the one that knows a hybrid model resumes only from a READY checkpoint (docs/fleet.md)
 DEFAULT_ROUTER = "checkpoint"
-ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
-    "pow2": PowerOfTwo,
-    "prefix": PrefixAffinity,
-    "checkpoint": CheckpointAffinity,
-}
+ROUTERS: Registry[Callable[[RouterConfig], Router]] = Registry(
+    "router",
+    {
+        "pow2": PowerOfTwo,
+        "prefix": PrefixAffinity,
+        "checkpoint": CheckpointAffinity,
+    },
+)
 
 
 def router_problem(name: object) -> Problem | None:

@@ -6,16 +6,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from radixflow.plugins import Registry
+
 # model_type -> "module:class". Each family module also exposes PRESETS (see zoo.py).
-FAMILIES: dict[str, str] = {
-    "llama": "radixflow.models.families.llama:LlamaForCausalLM",
-    "qwen3": "radixflow.models.families.llama:Qwen3ForCausalLM",
-    "qwen3_5_text": "radixflow.models.families.qwen3_5:Qwen35ForCausalLM",
-    "qwen3_next": "radixflow.models.families.qwen3_next:Qwen3NextForCausalLM",
-    "lfm2": "radixflow.models.families.lfm2:Lfm2ForCausalLM",
-    "nemotron_h": "radixflow.models.families.nemotron_h:NemotronHForCausalLM",
-    "falcon_h1": "radixflow.models.families.falcon_h1:FalconH1ForCausalLM",
-}
+FAMILIES: Registry[str] = Registry(
+    "model family",
+    {
+        "llama": "radixflow.models.families.llama:LlamaForCausalLM",
+        "qwen3": "radixflow.models.families.llama:Qwen3ForCausalLM",
+        "qwen3_5_text": "radixflow.models.families.qwen3_5:Qwen35ForCausalLM",
+        "qwen3_next": "radixflow.models.families.qwen3_next:Qwen3NextForCausalLM",
+        "lfm2": "radixflow.models.families.lfm2:Lfm2ForCausalLM",
+        "nemotron_h": "radixflow.models.families.nemotron_h:NemotronHForCausalLM",
+        "falcon_h1": "radixflow.models.families.falcon_h1:FalconH1ForCausalLM",
+    },
+)
 
 
 class UnknownModelError(ValueError):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from radixflow.plugins import Registry
 from radixflow.problems import built
 
 
@@ -65,7 +66,9 @@ class AdmitLikely:
         return [p for p in ctx.wanted if p in backed]
 
 
-ADMISSIONS: dict[str, type[CheckpointAdmission]] = {"all": AdmitAll, "likely": AdmitLikely}
+ADMISSIONS: Registry[type[CheckpointAdmission]] = Registry(
+    "checkpoint admission", {"all": AdmitAll, "likely": AdmitLikely}
+)
 
 
 def make_admission(name: str) -> CheckpointAdmission:

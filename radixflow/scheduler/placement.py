@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from radixflow.plugins import Registry
 from radixflow.problems import built
 
 
@@ -135,12 +136,15 @@ class NoPlacement:
         return []
 
 
-PLACEMENTS: dict[str, type[CheckpointPlacement]] = {
-    "branch": BranchPlacement,
-    "lone": LonePlacement,
-    "align": AlignPlacement,
-    "none": NoPlacement,
-}
+PLACEMENTS: Registry[type[CheckpointPlacement]] = Registry(
+    "checkpoint placement",
+    {
+        "branch": BranchPlacement,
+        "lone": LonePlacement,
+        "align": AlignPlacement,
+        "none": NoPlacement,
+    },
+)
 
 
 def make_placement(name: str) -> CheckpointPlacement:

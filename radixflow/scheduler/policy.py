@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.plugins import Registry
 from radixflow.problems import Problem, ProblemError, built
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.output import SchedulerOutput
@@ -66,11 +67,14 @@ class RadixFlow(FCFS):
         return ScanAction.SKIP
 
 
-SCHEDULING_POLICIES: dict[str, type[SchedulingPolicy]] = {
-    "native": Native,
-    "radixflow": RadixFlow,
-    "adaptive": Adaptive,
-}
+SCHEDULING_POLICIES: Registry[type[SchedulingPolicy]] = Registry(
+    "scheduling policy",
+    {
+        "native": Native,
+        "radixflow": RadixFlow,
+        "adaptive": Adaptive,
+    },
+)
 
 
 def _registered(name: str) -> type[SchedulingPolicy]:

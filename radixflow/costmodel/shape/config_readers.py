@@ -11,6 +11,7 @@ from typing import Any
 from radixflow.costmodel.shape.config_values import Config, factor, first_set, integer, listed, positive
 from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
 from radixflow.costmodel.shape.model_shape import Layer, Mlp
+from radixflow.plugins import Registry
 
 
 def _attention(cfg: Config, gated: bool = False) -> Attention:
@@ -241,13 +242,16 @@ def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
     return tuple(Layer(mixers, _dense(cfg)) for _ in range(integer(cfg, "num_hidden_layers")))
 
 
-READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
-    "llama": _llama,
-    "qwen3": _llama,
-    "qwen3_5_text": _qwen3_5,
-    "qwen3_5_moe_text": _qwen3_5_moe,
-    "qwen3_next": _qwen_hybrid,
-    "lfm2": _lfm2,
-    "nemotron_h": _nemotron_h,
-    "falcon_h1": _falcon_h1,
-}
+READERS: Registry[Callable[[Config], tuple[Layer, ...]]] = Registry(
+    "config reader",
+    {
+        "llama": _llama,
+        "qwen3": _llama,
+        "qwen3_5_text": _qwen3_5,
+        "qwen3_5_moe_text": _qwen3_5_moe,
+        "qwen3_next": _qwen_hybrid,
+        "lfm2": _lfm2,
+        "nemotron_h": _nemotron_h,
+        "falcon_h1": _falcon_h1,
+    },
+)

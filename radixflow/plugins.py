@@ -1,10 +1,17 @@
 """Entries added from outside the package (docs/extending.md): `Registry`, the dict each option's
 entries are found in by name, whose `register` refuses a name it has (assigning one replaces the
-built-in entry without a word)."""
+built-in entry without a word); the modules those entries come from, and `code_digest`, what
+computes a result once they are part of it."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
 from typing import ClassVar, TypeVar
+
+from radixflow.package import source_digest
 
 V = TypeVar("V")
 
@@ -43,3 +50,42 @@ class Registry(dict[str, V]):
             called = getattr(was, "__qualname__", was if isinstance(was, str) else type(was).__qualname__)
             return f" is registered already ({called}): register yours under another name"
         return None
+
+
+def _module_of(entry: object) -> str:
+    """The module that defines ``entry`` (a class, a factory; a model family's "module:Class")."""
+    if isinstance(entry, str):
+        return entry.partition(":")[0]
+    return str(getattr(entry, "__module__", None) or type(entry).__module__)
+
+
+def plugin_modules() -> list[str]:
+    """The modules outside the package that define an entry of a registry, sorted."""
+    named = {_module_of(entry) for registry in Registry.made for entry in registry.values()}
+    return sorted(m for m in named if m != "radixflow" and not m.startswith("radixflow."))
+
+
+def code_digest() -> str:
+    """What computes a result: the package's `source_digest`, and the file of each module in
+    `plugin_modules` where there is one (only its own file: a module it imports is not read)."""
+    package, modules = source_digest(), plugin_modules()
+    if not modules:  # the package's digest as it always was: results cached before stay its own
+        return package
+    digest = hashlib.sha256(package.encode())
+    for name in modules:
+        digest.update(f"{name}\0".encode())
+        path = _file_of(name)
+        if path is not None:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _file_of(module: str) -> Path | None:
+    """The source file of ``module`` (imported or not); None where it has none (`python -c`)."""
+    loaded = sys.modules.get(module)
+    try:
+        origin = getattr(loaded, "__file__", None) if loaded else importlib.util.find_spec(module).origin
+    except (ImportError, AttributeError, ValueError):  # no such module: the name alone is hashed
+        return None
+    path = Path(origin) if origin else None
+    return path if path is not None and path.is_file() else None

@@ -3,12 +3,17 @@ the registry has, in one line, where assigning it would replace the built-in ent
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.fleet.routers import ROUTERS
 from radixflow.models.registry import FAMILIES
+from radixflow.package import source_digest
+from radixflow.plugins import code_digest, plugin_modules
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
@@ -56,3 +61,71 @@ def test_a_name_no_door_can_spell_is_refused(name):
 def test_the_registries_stay_plain_dicts():
     for registry in REGISTRIES:
         assert isinstance(registry, dict)
+
+
+PLUGIN = """
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, RadixFlow
+
+
+class Waits(RadixFlow):
+    name = "waits"
+
+
+SCHEDULING_POLICIES.register("waits", Waits)
+"""
+EXPERIMENT = """
+name = "plugin"
+policies = ["native", "waits"]
+[defaults]
+runner = "sim"
+token_budget = 256
+[defaults.workload]
+groups = 2
+candidates = 2
+context_len = 64
+candidate_len = 8
+[[grid]]
+model = "qwen3_5-2b"
+"""
+
+
+@pytest.fixture
+def waits_plugin(tmp_path, monkeypatch):
+    """A plugin module imported from its file, as a user's is; unregistered afterwards."""
+    path = tmp_path / "waits_plugin.py"
+    path.write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "waits_plugin", raising=False)
+    try:
+        yield importlib.import_module("waits_plugin"), path
+    finally:
+        SCHEDULING_POLICIES.pop("waits", None)
+        sys.modules.pop("waits_plugin", None)
+
+
+def test_the_code_digest_follows_a_registered_plugins_module(waits_plugin):
+    _, path = waits_plugin
+    assert plugin_modules() == ["waits_plugin"]
+    with_plugin = code_digest()
+    assert with_plugin != source_digest()
+    path.write_text(PLUGIN + "# changed\n")
+    assert code_digest() != with_plugin
+    SCHEDULING_POLICIES.pop("waits")
+    assert plugin_modules() == [] and code_digest() == source_digest()
+
+
+def test_a_rerun_after_the_plugin_changed_warns_its_cells_came_from_other_code(waits_plugin, tmp_path):
+    # a cell's key covers its settings, and `code` the package only: a changed plugin's cells
+    # were read back as this code's, without a word
+    from radixflow.experiments.execute import ExecutionOptions
+    from radixflow.experiments.run import run_experiment
+
+    _, path = waits_plugin
+    config, out = tmp_path / "plugin.toml", tmp_path / "out"
+    config.write_text(EXPERIMENT)
+    first = run_experiment(config, out, ExecutionOptions(), "test")
+    assert first.code == code_digest() and first.results[0]["code"] == first.code
+    path.write_text(PLUGIN + "# changed\n")
+    again = run_experiment(config, out, ExecutionOptions(), "test")
+    assert again.ran == 0 and again.code != first.code
+    assert "1 of 1 cell came from the cache of other code" in (out / "report.md").read_text()

@@ -18,7 +18,7 @@ from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
 from radixflow.jsonl import json_value
-from radixflow.package import source_digest
+from radixflow.plugins import code_digest
 from radixflow.problems import ProblemError
 from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
 from radixflow.sigterm_kept import sigterm_kept
@@ -211,9 +211,9 @@ def execute(
 ) -> list[CellResult]:
     """Results of every cell in config order; finished cells come from the cache (``on_start`` is
     told how many listings it answers and how many cells run). Each cell run
-    is stamped with ``code``, what computed it (`source_digest`; None: this package's), since a
+    is stamped with ``code``, what computed it (`code_digest`; None: this package's and its plugins'), since a
     cell's key leaves the code out: a re-run tells cells cached by other code from its own."""
-    code = source_digest() if code is None else code
+    code = code_digest() if code is None else code
     cache = CellCache(out)
     keys, labels = [c.key(config.variants) for c in config.cells], [v.label for v in config.variants]
     cells = zip(keys, config.cells, strict=True)

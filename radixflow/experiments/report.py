@@ -84,7 +84,8 @@ def other_code_note(results: list[CellResult], code: str) -> str | None:
         return None
     return (
         f"{stale} of {counted(len(distinct(results)), 'cell')} came from the cache of other code than "
-        "this run's (radixflow changed since they ran): their figures may differ from what this code "
+        "this run's (radixflow, or a plugin module defining a registered entry, changed since they "
+        "ran): their figures may differ from what this code "
         "computes; a fresh --out runs every cell on it"
     )
 

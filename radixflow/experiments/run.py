@@ -17,7 +17,7 @@ from radixflow.experiments.execute import CellError, ExecutionOptions, Pending, 
 from radixflow.experiments.plots import PLOTS, write_plots
 from radixflow.experiments.report import render_report
 from radixflow.files import write_whole
-from radixflow.package import source_digest
+from radixflow.plugins import code_digest
 from radixflow.progress import LoggedProgress
 
 RESULTS, REPORT = "results.json", "report.md"
@@ -31,7 +31,7 @@ class ExperimentOutput:
     ran: int  # cells (each grid's listing) computed in this run (the rest came from the cache)
     wall_s: float
     plots: list[str]
-    code: str  # what computed the cells run now (`source_digest`); each cell names its own
+    code: str  # what computed the cells run now (`code_digest`); each cell names its own
 
 
 def default_out(config: ExperimentConfig) -> Path:
@@ -65,7 +65,7 @@ def run_experiment(
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
     ran: set[str] = set()  # the keys computed now (a cell two grids list: one)
-    code = source_digest()
+    code = code_digest()
     with progress_bar(progress_console or Console(stderr=True)) as progress:
         task = progress.add_task(config.name, total=None)
 
@@ -87,7 +87,7 @@ def run_experiment(
         # each cell run once, however many grids list it (`execute`: one key, one run)
         "cells_wall_s": sum(r.get("wall_s", 0.0) for r in {r["key"]: r for r in results}.values()),
         "command": command,
-        "code": code,  # what computed the cells run now (`source_digest`); each cell names its own
+        "code": code,  # what computed the cells run now (`code_digest`); each cell names its own
     }
     document = {
         "schema": SCHEMA,

@@ -1,13 +1,16 @@
 """Entries added from outside the package (docs/extending.md): `Registry`, the dict each option's
 entries are found in by name, whose `register` refuses a name it has (assigning one replaces the
-built-in entry without a word); the modules those entries come from, and `code_digest`, what
-computes a result once they are part of it."""
+built-in entry without a word); the modules named by RADIXFLOW_PLUGINS, imported before a registry
+is first read in any process (the command line, a Ray worker); the modules the entries come from,
+and `code_digest`, what computes a result once they are part of it."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -18,6 +21,38 @@ V = TypeVar("V")
 # an experiment's variant is `policy@placement+eviction+admission`: a name holding one of these
 # could never be named there
 SEPARATORS = ("@", "+")
+# modules to import before a registry is read, comma-separated: what a process of radixflow's own
+# (the command line, experiment --ray's workers, serve --replicas' replicas) knows of the user's
+PLUGINS_ENV = "RADIXFLOW_PLUGINS"
+_imported: str | None = None  # the PLUGINS_ENV whose modules are imported (None: not yet)
+
+
+class PluginError(ValueError):
+    """A module PLUGINS_ENV names cannot be imported: one line naming it and why."""
+
+
+def import_plugins() -> None:
+    """Imports each module PLUGINS_ENV names, once per value; `PluginError` for one that fails."""
+    global _imported
+    named = os.environ.get(PLUGINS_ENV, "")
+    if named == _imported:
+        return
+    _imported = named  # first: a plugin's own `register` reads the registry as it is imported
+    for module in (m.strip() for m in named.split(",")):
+        if not module:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # its syntax, its `register` refusing a name: the user's to fix
+            _imported = None  # the next read says it again
+            said = (str(e).splitlines() or [type(e).__name__])[0]
+            raise PluginError(f"{PLUGINS_ENV}: cannot import {module!r} ({said})") from e
+
+
+def forget_plugins() -> None:
+    """The next registry read imports PLUGINS_ENV's modules again (tests)."""
+    global _imported
+    _imported = None
 
 
 class Registry(dict[str, V]):
@@ -26,10 +61,47 @@ class Registry(dict[str, V]):
 
     made: ClassVar[list[Registry[object]]] = []
 
-    def __init__(self, what: str, entries: dict[str, V]) -> None:
+    def __init__(self, what: str, entries: dict[str, V], read_on_import: bool = False) -> None:
+        """``read_on_import``: the package reads it as it is imported (the sim's zoo shapes read
+        the config readers), when a plugin importing the package would find it half made, so a
+        read of it imports no plugin: the policies' registries, read first, do."""
         super().__init__(entries)
         self.what = what
+        self.imports_plugins = not read_on_import
         Registry.made.append(self)  # type: ignore[arg-type]
+
+    # every read imports PLUGINS_ENV's modules first (once), so that each door knows their names
+    def __contains__(self, name: object) -> bool:
+        self._plugins()
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._plugins()
+        return super().__iter__()
+
+    def __getitem__(self, name: str) -> V:
+        self._plugins()
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: V | None = None) -> V | None:  # type: ignore[override]
+        self._plugins()
+        return super().get(name, default)
+
+    def keys(self) -> KeysView[str]:
+        self._plugins()
+        return super().keys()
+
+    def values(self) -> ValuesView[V]:
+        self._plugins()
+        return super().values()
+
+    def items(self) -> ItemsView[str, V]:
+        self._plugins()
+        return super().items()
+
+    def _plugins(self) -> None:
+        if self.imports_plugins:
+            import_plugins()
 
     def register(self, name: str, entry: V) -> V:
         """Adds ``entry`` as ``name`` and returns it; a ValueError, the registry unchanged, for a

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
+from radixflow.plugins import PLUGINS_ENV
+
 # ray.init's address where the user named none: a new instance on this machine. Ray's default
 # (None) joins the cluster in $RAY_ADDRESS or one `ray start` left here instead.
 LOCAL_RAY = "local"
@@ -16,6 +18,13 @@ def worker_pythonpath() -> str:
     expands ``${PYTHONPATH}`` there), so this checkout runs where it exists and a node that finds
     radixflow through its own path (an image's) keeps it."""
     return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), "${PYTHONPATH}") if p)
+
+
+def worker_env() -> dict[str, str]:
+    """The environment each Ray worker is given: `worker_pythonpath`, and the user's modules to
+    import (RADIXFLOW_PLUGINS, where set: a worker imports radixflow's modules, never theirs)."""
+    named = os.environ.get(PLUGINS_ENV)
+    return {"PYTHONPATH": worker_pythonpath(), **({PLUGINS_ENV: named} if named else {})}
 
 
 # seconds to wait for the cluster's address to take a connection before ray.init is called

@@ -4,16 +4,20 @@ the registry has, in one line, where assigning it would replace the built-in ent
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 import pytest
 
 from radixflow.cache.eviction import EVICTION_POLICIES
+from radixflow.cli.app import main
 from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.fleet.routers import ROUTERS
 from radixflow.models.registry import FAMILIES
 from radixflow.package import source_digest
-from radixflow.plugins import code_digest, plugin_modules
+from radixflow.plugins import PLUGINS_ENV, code_digest, forget_plugins, plugin_modules
+from radixflow.ray_start import worker_env
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
@@ -117,15 +121,63 @@ def test_the_code_digest_follows_a_registered_plugins_module(waits_plugin):
 def test_a_rerun_after_the_plugin_changed_warns_its_cells_came_from_other_code(waits_plugin, tmp_path):
     # a cell's key covers its settings, and `code` the package only: a changed plugin's cells
     # were read back as this code's, without a word
-    from radixflow.experiments.execute import ExecutionOptions
-    from radixflow.experiments.run import run_experiment
+    from radixflow.experiments.config_parse import load_config
+    from radixflow.experiments.execute import ExecutionOptions, execute
+    from radixflow.experiments.report import other_code_note
 
     _, path = waits_plugin
     config, out = tmp_path / "plugin.toml", tmp_path / "out"
     config.write_text(EXPERIMENT)
-    first = run_experiment(config, out, ExecutionOptions(), "test")
-    assert first.code == code_digest() and first.results[0]["code"] == first.code
+    (first,) = execute(load_config(config), out, ExecutionOptions())
+    assert first["code"] == code_digest() and other_code_note([first], code_digest()) is None
     path.write_text(PLUGIN + "# changed\n")
-    again = run_experiment(config, out, ExecutionOptions(), "test")
-    assert again.ran == 0 and again.code != first.code
-    assert "1 of 1 cell came from the cache of other code" in (out / "report.md").read_text()
+    ran: list[str] = []
+    (again,) = execute(load_config(config), out, ExecutionOptions(), on_cell=lambda p, _: ran.append(p.key))
+    assert not ran and again["code"] == first["code"] != code_digest()
+    assert "1 of 1 cell came from the cache of other code" in str(other_code_note([again], code_digest()))
+
+
+@pytest.fixture
+def plugins_env(waits_plugin, monkeypatch):
+    """RADIXFLOW_PLUGINS naming the waits plugin, not imported yet; forgotten afterwards."""
+    SCHEDULING_POLICIES.pop("waits")
+    sys.modules.pop("waits_plugin")
+    monkeypatch.setenv(PLUGINS_ENV, "waits_plugin")
+    try:
+        yield
+    finally:
+        forget_plugins()
+
+
+def test_the_command_line_imports_the_modules_radixflow_plugins_names(plugins_env, capsys):
+    # the command line loaded no module of the user's: a plugin's name was unknown there, and in
+    # every Ray worker (experiment --ray, serve --replicas), whoever imported it first
+    assert main(["bench", "--runner", "sim", "--policy", "waits", "--groups", "2", "--candidates", "2"]) == 0
+    assert "waits" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--policy {adaptive,native,radixflow,waits}" in capsys.readouterr().out
+
+
+def test_a_fresh_process_knows_the_plugins_names_as_a_ray_worker_would(plugins_env, tmp_path):
+    # a worker imports radixflow's modules, never the user's: the environment names them
+    code = "from radixflow.scheduler.policy import SCHEDULING_POLICIES as P; print('waits' in P)"
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    env = {**os.environ, "PYTHONPATH": path}
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "True"
+
+
+def test_ray_workers_are_given_the_plugins_named(plugins_env):
+    assert worker_env()[PLUGINS_ENV] == "waits_plugin"
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv(PLUGINS_ENV, " no_such_plugin ")
+    try:
+        assert main(["bench", "--runner", "sim", "--policy", "native", "--groups", "2"]) == 2
+    finally:
+        forget_plugins()
+    said = "radixflow: error: RADIXFLOW_PLUGINS: cannot import 'no_such_plugin' "
+    said += "(No module named 'no_such_plugin')"
+    assert capsys.readouterr().err.strip() == said

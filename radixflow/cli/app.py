@@ -28,6 +28,7 @@ from radixflow.options import EngineOptions
 from radixflow.options.flags import flag_spellings
 from radixflow.options.model_arg import MODEL_FLAG, settle_model, with_missing_model
 from radixflow.package import package_version
+from radixflow.plugins import PluginError
 from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
 
@@ -154,7 +155,7 @@ def _command(argv: list[str] | None, console: Console) -> int:
         command = commands[args.command]
         with contextlib.nullcontext() if command.handles_sigterm else term:
             return command.run(args, console)
-    except UsageError as e:
+    except (UsageError, PluginError) as e:  # PluginError: a module RADIXFLOW_PLUGINS names
         return _ended(f"error: {e}", 2, e)
     except ProblemError as e:  # an option or input the engine's own checks refused
         spell = functools.partial(_spelling, model_flag=getattr(args, MODEL_FLAG, None))

@@ -28,7 +28,7 @@ from radixflow.engine.submit_checks import budget_problem
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
-from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
+from radixflow.ray_start import LOCAL_RAY, unreachable, worker_env
 from radixflow.scheduler.request import Request
 from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
@@ -75,7 +75,7 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     import ray
     from ray import serve
 
-    env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
+    env = {"env_vars": {**worker_env(), "OMP_NUM_THREADS": "1"}}
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
     if not local and (why := unreachable(spec.ray_address)) is not None:

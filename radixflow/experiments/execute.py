@@ -20,7 +20,7 @@ from radixflow.files import write_whole
 from radixflow.jsonl import json_value
 from radixflow.plugins import code_digest
 from radixflow.problems import ProblemError
-from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
+from radixflow.ray_start import LOCAL_RAY, unreachable, worker_env
 from radixflow.sigterm_kept import sigterm_kept
 
 CellResult = dict[str, Any]
@@ -114,7 +114,7 @@ def _ray(
 ) -> Iterator[tuple[Pending, CellResult | str]]:
     import ray
 
-    env = {"env_vars": {"PYTHONPATH": worker_pythonpath()}}
+    env = {"env_vars": worker_env()}
     if address is not None and (why := unreachable(address)) is not None:
         raise RayStartError(f"--ray-address {address}: Ray did not start: {why}")
     try:

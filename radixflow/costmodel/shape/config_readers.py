@@ -244,7 +244,8 @@ def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
 
 READERS: Registry[Callable[[Config], tuple[Layer, ...]]] = Registry(
     "config reader",
-    {
+    read_on_import=True,
+    entries={
         "llama": _llama,
         "qwen3": _llama,
         "qwen3_5_text": _qwen3_5,

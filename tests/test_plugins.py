@@ -181,3 +181,46 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch, capsys):
     said = "radixflow: error: RADIXFLOW_PLUGINS: cannot import 'no_such_plugin' "
     said += "(No module named 'no_such_plugin')"
     assert capsys.readouterr().err.strip() == said
+
+
+class Placed:
+    """A plugin placement answering ``answer(ctx)``."""
+
+    name = "placed"
+    answer = staticmethod(lambda ctx: [])
+
+    def positions(self, ctx):
+        return self.answer(ctx)
+
+
+def _every(ctx):
+    first = ctx.start // ctx.block_size * ctx.block_size + ctx.block_size
+    return list(range(first, ctx.end + 1, ctx.block_size))
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda ctx: [ctx.start + 1], "not a block boundary"),  # was a ValueError's traceback
+        (lambda ctx: [*_every(ctx), ctx.end + 64], "not in the chunk"),  # was dropped silently
+        (lambda ctx: None, "returned None"),  # was a TypeError's traceback
+        (lambda ctx: [float(p) for p in _every(ctx)], "not an integer"),  # was a TypeError's
+    ],
+)
+def test_a_placement_answering_outside_its_protocol_is_told_in_one_line(monkeypatch, capsys, answer, said):
+    monkeypatch.setattr(Placed, "answer", staticmethod(answer))
+    monkeypatch.setitem(PLACEMENTS, "placed", Placed)
+    argv = ["bench", "--runner", "sim", "--policy", "native", "--placement", "placed", "--groups", "2"]
+    assert main([*argv, "--candidates", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(
+        "radixflow: error: --placement: 'placed' (Placed) positions"
+    )
+    assert said in err
+
+
+def test_a_placement_answering_within_its_protocol_runs(monkeypatch, capsys):
+    monkeypatch.setattr(Placed, "answer", staticmethod(_every))
+    monkeypatch.setitem(PLACEMENTS, "placed", Placed)
+    argv = ["bench", "--runner", "sim", "--policy", "native", "--placement", "placed", "--groups", "2"]
+    assert main([*argv, "--candidates", "2"]) == 0

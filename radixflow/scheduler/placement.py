@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from radixflow.plugins import Registry
-from radixflow.problems import built
+from radixflow.problems import Problem, ProblemError, built, shown
 
 
 def _no_history() -> int | None:
@@ -148,8 +148,46 @@ PLACEMENTS: Registry[type[CheckpointPlacement]] = Registry(
 
 
 def make_placement(name: str) -> CheckpointPlacement:
+    """A fresh ``name`` placement; one added from outside the package (docs/extending.md) has its
+    answers checked (`CheckedPlacement`), the built-in ones' are the cache's to trust."""
     try:
         entry = PLACEMENTS[name]
     except KeyError:
         raise ValueError(f"unknown checkpoint placement {name!r} (known: {', '.join(PLACEMENTS)})") from None
-    return built("placement", name, entry, CheckpointPlacement)
+    made: CheckpointPlacement = built("placement", name, entry, CheckpointPlacement)
+    ours = type(made).__module__.startswith("radixflow.")
+    return made if ours else CheckedPlacement(name, made)
+
+
+@dataclass(frozen=True)
+class CheckedPlacement:
+    """A placement from outside the package whose `positions` are checked to be integers on block
+    boundaries in ``(ctx.start, ctx.end]``: one that is not stops the run with one line naming
+    it and what it returned (a `ProblemError` on ``placement``), not a traceback from deep in the
+    cache, nor a position past the chunk dropped without a word."""
+
+    name: str
+    inner: CheckpointPlacement
+
+    def positions(self, ctx: PlacementContext) -> list[int]:
+        got = self.inner.positions(ctx)
+        why = _outside(got, ctx)
+        if why is not None:
+            called = f"{self.name!r} ({type(self.inner).__qualname__}) positions"
+            raise ProblemError(Problem("placement", f"{called} returned {shown(got)}: {why}"))
+        return list(got)
+
+
+def _outside(got: object, ctx: PlacementContext) -> str | None:
+    """Why ``got`` is no answer of `CheckpointPlacement.positions` for ``ctx`` (None: it is). Pure."""
+    if not isinstance(got, list | tuple):
+        return "not a list of positions"
+    bs = ctx.block_size
+    for p in got:
+        if not isinstance(p, int) or isinstance(p, bool):
+            return f"{shown(p)} is not an integer"
+        if p % bs:
+            return f"{p} is not a block boundary ({bs} tokens a block)"
+        if not ctx.start < p <= ctx.end:
+            return f"{p} is not in the chunk ({ctx.start}, {ctx.end}]"
+    return None

@@ -131,10 +131,16 @@ def _module_of(entry: object) -> str:
     return str(getattr(entry, "__module__", None) or type(entry).__module__)
 
 
+def from_outside(entry: object) -> bool:
+    """Whether ``entry`` (or what it built) is defined outside the package: a plugin's."""
+    module = _module_of(entry)
+    return module != "radixflow" and not module.startswith("radixflow.")
+
+
 def plugin_modules() -> list[str]:
     """The modules outside the package that define an entry of a registry, sorted."""
-    named = {_module_of(entry) for registry in Registry.made for entry in registry.values()}
-    return sorted(m for m in named if m != "radixflow" and not m.startswith("radixflow."))
+    entries = [entry for registry in Registry.made for entry in registry.values()]
+    return sorted({_module_of(entry) for entry in entries if from_outside(entry)})
 
 
 def code_digest() -> str:

@@ -224,3 +224,31 @@ def test_a_placement_answering_within_its_protocol_runs(monkeypatch, capsys):
     monkeypatch.setitem(PLACEMENTS, "placed", Placed)
     argv = ["bench", "--runner", "sim", "--policy", "native", "--placement", "placed", "--groups", "2"]
     assert main([*argv, "--candidates", "2"]) == 0
+
+
+class Admits:
+    """A plugin admission answering ``answer(ctx)``."""
+
+    name = "admits"
+    answer = staticmethod(lambda ctx: [])
+
+    def may_evict(self, ctx):
+        return self.answer(ctx)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda ctx: None, "returned None: not a list of positions"),  # was a TypeError's traceback
+        (lambda ctx: [*ctx.wanted, 3], "3 is not one of the wanted"),  # was the cache's ValueError
+    ],
+)
+def test_an_admission_answering_outside_its_protocol_is_told_in_one_line(monkeypatch, capsys, answer, said):
+    monkeypatch.setattr(Admits, "answer", staticmethod(answer))
+    monkeypatch.setitem(ADMISSIONS, "admits", Admits)
+    argv = ["bench", "--runner", "sim", "--policy", "native", "--admission", "admits", "--state-slots", "4"]
+    assert main([*argv, "--kv-blocks", "200"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("radixflow: error: --admission: 'admits' (Admits) may_evict returned")
+    assert said in err

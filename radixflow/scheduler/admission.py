@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from radixflow.plugins import Registry
-from radixflow.problems import built
+from radixflow.plugins import Registry, from_outside
+from radixflow.problems import Problem, ProblemError, built, shown
 
 
 @dataclass(frozen=True)
@@ -76,4 +76,26 @@ def make_admission(name: str) -> CheckpointAdmission:
         entry = ADMISSIONS[name]
     except KeyError:
         raise ValueError(f"unknown checkpoint admission {name!r} (known: {', '.join(ADMISSIONS)})") from None
-    return built("admission", name, entry, CheckpointAdmission)
+    made: CheckpointAdmission = built("admission", name, entry, CheckpointAdmission)
+    return CheckedAdmission(name, made) if from_outside(type(made)) else made
+
+
+@dataclass(frozen=True)
+class CheckedAdmission:
+    """An admission from outside the package (docs/extending.md) whose `may_evict` is checked to
+    answer positions of ``ctx.wanted``: one that does not stops the run with one line naming it
+    and what it returned (a `ProblemError` on ``admission``), not a traceback from the cache."""
+
+    name: str
+    inner: CheckpointAdmission
+
+    def may_evict(self, ctx: AdmissionContext) -> list[int]:
+        got = self.inner.may_evict(ctx)
+        why = "not a list of positions" if not isinstance(got, list | tuple) else None
+        strays = [] if why else [p for p in got if p not in ctx.wanted]
+        if strays:
+            why = f"{shown(strays[0])} is not one of the wanted {shown(ctx.wanted)}"
+        if why is not None:
+            called = f"{self.name!r} ({type(self.inner).__qualname__}) may_evict returned {shown(got)}"
+            raise ProblemError(Problem("admission", f"{called}: {why}"))
+        return sorted(set(got))  # as the protocol says: sorted, each once

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from radixflow.plugins import Registry
+from radixflow.plugins import Registry, from_outside
 from radixflow.problems import Problem, ProblemError, built, shown
 
 
@@ -155,8 +155,7 @@ def make_placement(name: str) -> CheckpointPlacement:
     except KeyError:
         raise ValueError(f"unknown checkpoint placement {name!r} (known: {', '.join(PLACEMENTS)})") from None
     made: CheckpointPlacement = built("placement", name, entry, CheckpointPlacement)
-    ours = type(made).__module__.startswith("radixflow.")
-    return made if ours else CheckedPlacement(name, made)
+    return CheckedPlacement(name, made) if from_outside(type(made)) else made
 
 
 @dataclass(frozen=True)

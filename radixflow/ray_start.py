@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from radixflow.plugins import PLUGINS_ENV
+from radixflow.plugins import PLUGINS_ENV, plugin_modules
 
 # ray.init's address where the user named none: a new instance on this machine. Ray's default
 # (None) joins the cluster in $RAY_ADDRESS or one `ray start` left here instead.
@@ -22,9 +22,11 @@ def worker_pythonpath() -> str:
 
 def worker_env() -> dict[str, str]:
     """The environment each Ray worker is given: `worker_pythonpath`, and the user's modules to
-    import (RADIXFLOW_PLUGINS, where set: a worker imports radixflow's modules, never theirs)."""
-    named = os.environ.get(PLUGINS_ENV)
-    return {"PYTHONPATH": worker_pythonpath(), **({PLUGINS_ENV: named} if named else {})}
+    import (a worker imports radixflow's modules, never theirs): those RADIXFLOW_PLUGINS names and
+    those defining an entry this process registered (a script's own, `__main__`, no worker has)."""
+    named = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    named += [m for m in plugin_modules() if m != "__main__" and m not in named]
+    return {"PYTHONPATH": worker_pythonpath(), **({PLUGINS_ENV: ",".join(named)} if named else {})}
 
 
 # seconds to wait for the cluster's address to take a connection before ray.init is called

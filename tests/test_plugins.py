@@ -252,3 +252,17 @@ def test_an_admission_answering_outside_its_protocol_is_told_in_one_line(monkeyp
     assert err.count("\n") == 0
     assert err.startswith("radixflow: error: --admission: 'admits' (Admits) may_evict returned")
     assert said in err
+
+
+def test_ray_workers_are_given_the_plugins_this_process_imported_itself(waits_plugin, monkeypatch):
+    # `python -c "import waits_plugin; ..." experiment --ray`: its workers never knew `waits`
+    monkeypatch.delenv(PLUGINS_ENV, raising=False)
+    assert worker_env()[PLUGINS_ENV] == "waits_plugin"
+    (waits_plugin[1].parent / "other_plugin.py").write_text("")
+    monkeypatch.setitem(sys.modules, "other_plugin", None)  # its import, undone afterwards
+    monkeypatch.delitem(sys.modules, "other_plugin")
+    monkeypatch.setenv(PLUGINS_ENV, "other_plugin, waits_plugin")
+    try:
+        assert worker_env()[PLUGINS_ENV] == "other_plugin,waits_plugin"
+    finally:
+        forget_plugins()

@@ -84,7 +84,7 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
 
     ``auto`` is float32 on a CPU (exact against transformers' float32 reference), bfloat16 on a
     CUDA device that supports it and float16 on one that does not. bfloat16 is allowed on a CPU
-    (every family runs; slower than float32 there, logprobs within ~0.1 of float32's); float16
+    (every family runs; slower than float32 there, logprobs off float32's by tenths); float16
     is refused off CUDA (CPU half kernels are slow or missing). Raises `DeviceError` naming the
     refused pair.
     """

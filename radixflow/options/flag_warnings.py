@@ -98,7 +98,7 @@ def dtype_warnings(options: EngineOptions, exact: str = "--dtype float32") -> li
         return []
     return [
         f"dtype {options.dtype} (below float32): outputs are not exactly a no-cache run's "
-        f"(logprobs move by ~0.1, a near-tie token may differ); use {exact} for exact outputs"
+        f"(logprobs move by tenths, and a greedy token may differ); use {exact} for exact outputs"
     ]
 
 

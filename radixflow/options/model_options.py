@@ -50,8 +50,8 @@ class ModelOptions:
     dtype: str = option(
         "auto",
         "torch runner weight and activation dtype: auto (float32 on a CPU, bfloat16 on CUDA where "
-        "supported, else float16), float32, bfloat16 (on a CPU too: slower, logprobs ~0.1 off "
-        "float32) or float16 (CUDA only); only float32 reproduces a no-cache run exactly",
+        "supported, else float16), float32, bfloat16 (on a CPU too: slower, logprobs off "
+        "float32's by tenths) or float16 (CUDA only); only float32 reproduces a no-cache run exactly",
         str,
         choices=lambda: list(DTYPES),
         group="model",

@@ -4,11 +4,15 @@ one ingress, refused in one line before Ray starts where it cannot run."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -16,6 +20,7 @@ from rich.console import Console
 from radixflow.cli.args import warn, warn_ineffective_options
 from radixflow.cli.command import UsageError
 from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings, warn_unused_lane
+from radixflow.cli.sigterm import TAKEN
 from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.options import EngineOptions
 from radixflow.options.flags import from_args
@@ -67,7 +72,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     warn_unused_lane(args, config)
     warn_ineffective_options(args, options, local=args.ray_address is None)
     try:
-        with ray_serve(spec):
+        with hangup_exits(), ray_serve(spec):
             shortfall = cpu_shortfall(spec)
             if shortfall is not None:
                 warn(shortfall)
@@ -81,13 +86,42 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
         raise UsageError(f"--replicas {spec.replicas}: {e}") from None
     except SystemExit as e:
-        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above;
-        # past the drain and that teardown the command ends as one server's SIGTERM does: 143
-        if e.code != signal.SIGTERM:
+        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above,
+        # or `hangup_exits`'; past the drain and that teardown the command ends as one server's
+        # SIGTERM or SIGHUP does: 143 or 129
+        sig = signal.SIGHUP if isinstance(e, HungUp) else e.code
+        if sig not in TAKEN:
             raise
-        print("radixflow: terminated", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM
+        with contextlib.suppress(OSError):  # stderr gone with the terminal: the code still says it
+            print(f"radixflow: {TAKEN[signal.Signals(sig)]}", file=sys.stderr, flush=True)
+        return 128 + sig
     return 0
+
+
+class HungUp(SystemExit):
+    """A SIGHUP, exiting as Ray's SIGTERM handler exits (its code: the exit status)."""
+
+
+@contextlib.contextmanager
+def hangup_exits() -> Iterator[None]:
+    """While entered, a SIGHUP raises `HungUp`, as Ray's SIGTERM handler raises SystemExit: the
+    ingress drains on it and raises it again here, where the system's handler ended the process
+    past the fleet's teardown (a cluster's application left running). One ignored (``nohup``'s)
+    stays ignored."""
+
+    def hung_up(signum: int, frame: FrameType | None) -> None:
+        raise HungUp(128 + signal.SIGHUP)
+
+    main = threading.current_thread() is threading.main_thread()  # none can be set elsewhere
+    before = signal.getsignal(signal.SIGHUP)
+    if not main or before is signal.SIG_IGN or before is None:  # ignored, or set outside Python
+        yield
+        return
+    signal.signal(signal.SIGHUP, hung_up)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def serve_fleet(

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
+from uvicorn.server import HANDLED_SIGNALS
 
 from radixflow.generation.setup import LoadedModel
 from radixflow.problems import Problem, ProblemError
@@ -24,19 +28,19 @@ ROUND_HISTORY = 256  # rounds the engine keeps; the metrics aggregate every roun
 class Server(uvicorn.Server):
     """uvicorn's server, with a shutdown that answers every client.
 
-    Ctrl-C (or SIGTERM): stop accepting and drain. The engine loop gives accepted requests
-    ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open to
-    carry that answer: clients have until the drain's end, then ``HURRY_S``, to take their answers
-    (one that stopped reading is then cut off, not waited for the drain time again). The listening
-    socket stays open while it drains: a request for the engine arriving meanwhile, on a new
-    connection or a kept-alive one, is answered with a 503 in OpenAI's shape (and ``/health`` says
-    ``draining``; the tokenizer routes, which never reach the engine, still answer), not refused at
-    the TCP level; it closes once the engine loop is done. A second Ctrl-C (or SIGTERM) ends the
-    drain now: every unfinished request gets its 503 at once (a JSON error body; a stream, an error
-    event and ``[DONE]``), and the server exits when those answers are out, or after ``HURRY_S`` if
-    a client does not take its answer. Only a third drops connections unanswered (uvicorn's own
-    forced exit). Either way the engine thread ends before the process does: one left running in
-    torch aborts the process.
+    Ctrl-C (or SIGTERM, or SIGHUP: the terminal or ssh session closed): stop accepting and drain.
+    The engine loop gives accepted requests ``drain_s`` to finish, then fails the rest with a 503,
+    while their connections are still open to carry that answer: clients have until the drain's end,
+    then ``HURRY_S``, to take their answers (one that stopped reading is then cut off, not waited
+    for the drain time again). The listening socket stays open while it drains: a request for the
+    engine arriving meanwhile, on a new connection or a kept-alive one, is answered with a 503 in
+    OpenAI's shape (and ``/health`` says ``draining``; the tokenizer routes, which never reach the
+    engine, still answer), not refused at the TCP level; it closes once the engine loop is done. A
+    second such signal ends the drain now: every unfinished request gets its 503 at once (a JSON
+    error body; a stream, an error event and ``[DONE]``), and the server exits when those answers
+    are out, or after ``HURRY_S`` if a client does not take its answer. Only a third drops
+    connections unanswered (uvicorn's own forced exit). Either way the engine thread ends before the
+    process does: one left running in torch aborts the process.
 
     Unless it is stuck: an engine thread still in its round ``ENGINE_GRACE_S`` after the drain's
     end (or after the second signal) is left behind. Its requests are answered with a 503 here,
@@ -65,9 +69,30 @@ class Server(uvicorn.Server):
             # lost and the process would exit 0. The CLI's 130 must not depend on how it started.
             raise KeyboardInterrupt
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, with SIGHUP beside SIGINT and SIGTERM: uvicorn leaves it to the system, which
+        ended the process at once, every accepted request lost. A SIGHUP ignored when serving starts
+        (``nohup``'s) stays ignored. Once drained, the signals that came are raised again under the
+        handlers the process had, as uvicorn does (the system's SIGHUP: exit 129)."""
+        if threading.current_thread() is not threading.main_thread():  # none can be set there
+            yield
+            return
+        taken = [*HANDLED_SIGNALS]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            taken.append(signal.SIGHUP)
+        before = {sig: signal.signal(sig, self.handle_exit) for sig in taken}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+        for sig in reversed(self._captured_signals):
+            signal.raise_signal(sig)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: it only hands the work to the event loop (safe from a handler).
-        # SIGINT and SIGTERM count alike: uvicorn's own forces its exit on a second SIGINT only,
+        # SIGINT, SIGTERM and SIGHUP count alike: uvicorn's own forces its exit on a second SIGINT only,
         # so a supervisor's second SIGTERM did nothing while the server drained
         self._interrupted = self._interrupted or sig == signal.SIGINT
         if not self.should_exit or self._aio is None:

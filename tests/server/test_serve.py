@@ -16,10 +16,12 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+import uvicorn
 from cli_utils import checkout_env
 from server_utils import MODEL, running_server
 
 from radixflow.server.listen import announced_url
+from radixflow.server.serve import Server
 from radixflow.server.spawn import healthy
 from radixflow.server.state import ServerConfig
 
@@ -281,3 +283,78 @@ def test_a_second_sigterm_ends_the_drain_as_a_second_ctrl_c_does(zoo):
         finally:
             release.set()
     assert got["r"].status_code == 503, got
+
+
+@contextmanager
+def handler_for(sig: int, handler: object) -> Iterator[None]:
+    before = signal.signal(sig, handler)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        signal.signal(sig, before)
+
+
+def bare_server() -> Server:
+    """A `Server` whose signal handling alone is used: no app runs, no engine is built."""
+    return Server(uvicorn.Config(lambda *a: None), state=None)  # type: ignore[arg-type]
+
+
+def test_a_hangup_drains_the_server_as_a_sigterm_does():
+    """`serve` died at once on SIGHUP (its terminal or ssh session closed): uvicorn handles SIGINT
+    and SIGTERM only, so every accepted request was lost unanswered. Now a SIGHUP starts the drain
+    as a SIGTERM does, and once it is done the SIGHUP is raised again under the handler the process
+    had (the system's: the process ends with 129, as a shell reports a hangup)."""
+    got: list[int] = []
+    server = bare_server()
+    with handler_for(signal.SIGHUP, lambda sig, frame: got.append(sig)):
+        with server.capture_signals():
+            signal.raise_signal(signal.SIGHUP)
+            assert (server.should_exit, got) == (True, [])  # draining, not ended
+        assert got == [signal.SIGHUP]  # after the drain, under the handler it found
+
+
+def test_a_hangup_ignored_by_nohup_stays_ignored_while_serving():
+    server = bare_server()
+    with handler_for(signal.SIGHUP, signal.SIG_IGN):
+        with server.capture_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)
+        assert not server.should_exit and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+class _Deployed(Exception):
+    """Where the fleet's deployment would go on: the test stops there."""
+
+
+def test_a_hangup_ends_a_fleet_through_its_teardown(zoo, monkeypatch, capsys):
+    """`serve --replicas N`: once the ingress drained, the SIGHUP it raised again met the system's
+    handler, which ended the process there, past the fleet's teardown (a SIGTERM meets Ray's
+    handler, a ``sys.exit`` that runs it): on a cluster (``--ray-address``) the fleet's detached
+    application was left running. Now a SIGHUP exits through the teardown too: one line, 129."""
+    pytest.importorskip("ray.serve")
+    import ray
+
+    import radixflow.cluster.launch as launch
+    from radixflow.cli import main
+
+    torn_down: list[bool] = []
+
+    @contextmanager
+    def ray_serve(spec):
+        try:
+            yield
+        finally:
+            torn_down.append(True)
+
+    def deploy(*args):
+        signal.raise_signal(signal.SIGHUP)  # as the drained ingress raises it again
+        raise _Deployed
+
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
+    monkeypatch.setattr(launch, "deploy", deploy)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
+    with handler_for(signal.SIGHUP, lambda *a: None):  # the system's would end pytest
+        code = main(["serve", MODEL, "--port", "0", "--replicas", "2"])
+        assert signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL  # restored to the test's
+    assert (code, torn_down) == (129, [True])
+    assert capsys.readouterr().err.splitlines()[-1] == "radixflow: hung up"

@@ -15,6 +15,8 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
+from radixflow.engine.interrupts import ctrl_c_handler
+
 # the signals taken as a Ctrl-C, and what the command's line says of each
 TAKEN = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
@@ -42,10 +44,8 @@ class SigtermAsCtrlC:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if not self.came:
             self.came, self.signum = True, signum
-        handler = signal.getsignal(signal.SIGINT)
-        if not callable(handler):  # SIGINT ignored (a background job) or the system's: still stop
-            handler = signal.default_int_handler
-        handler(signal.SIGINT, frame)
+        # SIGINT ignored (a background job) or the system's: still stop, at the engine's safe point
+        ctrl_c_handler()(signal.SIGINT, frame)
 
     def ended(self) -> tuple[str, int]:
         """What the line of a command a Ctrl-C ended says, and its exit code: the signal's, where

@@ -7,32 +7,64 @@ half applied), which nothing can undo. So those parts run with the signal noted,
 the engine raises it once they are done, after rolling back a round it will not run. The worker
 call alone lets it through (`HeldInterrupt.let_through`), from inside the hold: there is no moment
 between the two where a Ctrl-C is neither held nor the worker call's.
+
+Where SIGINT is ignored (a background job of a script, ``cmd &``) a SIGTERM or SIGHUP still stops
+a command as a Ctrl-C (`cli.sigterm`); the hold then leaves SIGINT ignored and is what such a
+signal is handed to instead (`ctrl_c_handler`), so it waits for the same safe points.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
+
+Handler = Callable[[int, FrameType | None], object]
+# where SIGINT is ignored: the Ctrl-C handler of the moment, which SIGINT itself never reaches
+_stand_in: Handler | None = None
+
+
+def ctrl_c_handler() -> Handler:
+    """What a signal taken as a Ctrl-C is handed to: SIGINT's handler, or where it has none of
+    Python's (ignored: a background job) the hold in force, else Python's own (raise now)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        return handler
+    return _stand_in or signal.default_int_handler
 
 
 class HeldInterrupt:
     """While entered, a SIGINT is noted (`came`) instead of raised. Only on the main thread (the
-    one Python delivers signals to) and only where Python's own Ctrl-C handler is installed: a
-    program with a handler of its own (a server's) keeps it."""
+    one Python delivers signals to) and only where Python's own Ctrl-C handler is installed, or
+    SIGINT is ignored (then only a signal taken as a Ctrl-C is held: `ctrl_c_handler`), with no
+    hold in force already: a program with a handler of its own (a server's) keeps it."""
 
     def __init__(self) -> None:
         self.came = False
         self._holding = False
+        self._ignored = False  # SIGINT ignored: the hold is `_stand_in`, SIGINT left alone
+        self._found: Handler | None = None  # `_stand_in` as the hold found it
 
     def __enter__(self) -> HeldInterrupt:
-        default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        handler = signal.getsignal(signal.SIGINT)
+        # as where SIGINT has Python's handler: none held yet, or a worker call let through
+        self._found = _stand_in
+        self._ignored = handler is signal.SIG_IGN and _stand_in in (None, signal.default_int_handler)
+        default = handler is signal.default_int_handler or self._ignored
         self._holding = default and threading.current_thread() is threading.main_thread()
         if self._holding:
-            signal.signal(signal.SIGINT, self._note)
+            self._set(self._note)
         return self
+
+    def _set(self, handler: Handler | None) -> None:
+        """``handler`` as the Ctrl-C handler of the moment (None: the hold's ends)."""
+        global _stand_in
+        if self._ignored:
+            _stand_in = handler or self._found
+        else:
+            signal.signal(signal.SIGINT, handler or signal.default_int_handler)
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.came = True
@@ -45,18 +77,18 @@ class HeldInterrupt:
         if not self._holding:
             yield
             return
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._set(signal.default_int_handler)
         try:
             if self.came:
                 self.came = False
                 raise KeyboardInterrupt
             yield
         finally:
-            signal.signal(signal.SIGINT, self._note)
+            self._set(self._note)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._holding:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._set(None)
             self._holding = False

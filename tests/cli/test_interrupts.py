@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import signal
 import sys
 
 import pytest
@@ -213,3 +214,32 @@ def test_a_bench_cut_short_without_files_shows_the_policies_it_finished(capsys, 
     assert "adaptive" not in out
     said = "2 of 3 policy runs finished, shown above (the same command runs them all again)"
     assert err.splitlines()[-1] == f"radixflow: interrupted; {said}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_sigterm_in_a_background_job_waits_for_the_engines_safe_point(sig):
+    """`cmd &` in a script starts it with SIGINT ignored: the engine's hold (`HeldInterrupt`),
+    which holds Python's own Ctrl-C handler alone, held nothing there, and a SIGTERM or SIGHUP
+    taken as a Ctrl-C was raised at once, wherever the engine was (a request half admitted, a
+    round half applied). Now it waits for the safe point as a Ctrl-C does; SIGINT stays ignored."""
+    from radixflow.cli.sigterm import SigtermAsCtrlC
+    from radixflow.engine.interrupts import HeldInterrupt
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with SigtermAsCtrlC() as term, HeldInterrupt() as held:
+            try:
+                signal.raise_signal(signal.SIGINT)  # ignored, as the job was started
+                assert not held.came
+                signal.raise_signal(sig)  # the bookkeeping goes on
+            except KeyboardInterrupt:
+                pytest.fail("raised inside the hold")
+            assert held.came
+            with pytest.raises(KeyboardInterrupt), held.let_through():  # raised where it may be
+                pass
+            with pytest.raises(KeyboardInterrupt), held.let_through():  # the worker call: at once
+                signal.raise_signal(sig)
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert term.signum == sig and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

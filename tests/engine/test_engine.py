@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+from collections.abc import Iterator
 
 import pytest
 from engine_utils import new_engine
@@ -350,11 +352,34 @@ def test_a_runner_that_predicts_nothing_gives_the_scheduler_none():
     assert new_engine(FixedCostRunner(has_recurrent=True), CFG).scheduler.predict is None
 
 
+@contextlib.contextmanager
+def background_job() -> Iterator[None]:
+    """As `cmd &` in a script starts a command: SIGINT ignored; the CLI takes SIGTERM as a Ctrl-C."""
+    from radixflow.cli.sigterm import SigtermAsCtrlC
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with SigtermAsCtrlC():
+            yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+# a Ctrl-C; and a SIGTERM in a background job, which was raised at once, the round half built or
+# half applied: the engine's hold held Python's own Ctrl-C handler alone
+STOPS = {
+    "ctrl-c": (signal.SIGINT, contextlib.nullcontext),
+    "background-sigterm": (signal.SIGTERM, background_job),
+}
+
+
+@pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("part", ["schedule", "update"])
-def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, monkeypatch):
+def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, stop, monkeypatch):
     """A SIGINT while the scheduler builds a round or takes its results is raised once that part
     is done: a round not run yet is rolled back (its requests failed, as in a worker call), one
     that ran stands; either way the cache and scheduler stay consistent."""
+    sig, context = STOPS[stop]
     engine = new_engine(RUNNER, CFG)
     reqs = [
         Request(f"r{i}", tuple(range(1, 40 + i)), sampling=SamplingParams(max_tokens=3)) for i in range(3)
@@ -364,11 +389,11 @@ def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, monkeyp
     original = getattr(engine.scheduler, part)
 
     def interrupted(*args: object) -> object:
-        signal.raise_signal(signal.SIGINT)  # noted, not raised, until the part is done
+        signal.raise_signal(sig)  # noted, not raised, until the part is done
         return original(*args)
 
     monkeypatch.setattr(engine.scheduler, part, interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with context(), pytest.raises(KeyboardInterrupt):
         engine.step()
     monkeypatch.undo()
     engine.check_integrity()

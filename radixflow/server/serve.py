@@ -73,8 +73,8 @@ class Server(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """uvicorn's, with SIGHUP beside SIGINT and SIGTERM: uvicorn leaves it to the system, which
         ended the process at once, every accepted request lost. A SIGHUP ignored when serving starts
-        (``nohup``'s) stays ignored. Once drained, the signals that came are raised again under the
-        handlers the process had, as uvicorn does (the system's SIGHUP: exit 129)."""
+        (``nohup``'s) stays ignored. Once drained, the first signal that came is raised again under
+        the handler the process had (the system's SIGHUP: exit 129): the exit is the first's."""
         if threading.current_thread() is not threading.main_thread():  # none can be set there
             yield
             return
@@ -87,8 +87,8 @@ class Server(uvicorn.Server):
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
-        for sig in reversed(self._captured_signals):
-            signal.raise_signal(sig)
+        if self._captured_signals:  # the first alone: the exit is its (uvicorn's raised the last's)
+            signal.raise_signal(self._captured_signals[0])
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: it only hands the work to the event loop (safe from a handler).

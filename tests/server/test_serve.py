@@ -358,3 +358,28 @@ def test_a_hangup_ends_a_fleet_through_its_teardown(zoo, monkeypatch, capsys):
         assert signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL  # restored to the test's
     assert (code, torn_down) == (129, [True])
     assert capsys.readouterr().err.splitlines()[-1] == "radixflow: hung up"
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_the_exit_after_a_second_signal_is_the_first_signals(first):
+    """The docs say the exit status is the first signal's (130 after a Ctrl-C, 143 after a
+    SIGTERM), but uvicorn raised the signals that came again last first: a supervisor's SIGTERM
+    ending a Ctrl-C's drain made it 143, a Ctrl-C ending a SIGTERM's made it 130. Now the first
+    alone is raised again."""
+    second = signal.SIGTERM if first == signal.SIGINT else signal.SIGINT
+    got: list[int] = []
+    server = bare_server()
+
+    def note(sig: int, frame: object) -> None:
+        got.append(sig)
+
+    with (
+        handler_for(signal.SIGINT, note),
+        handler_for(signal.SIGTERM, note),
+        handler_for(signal.SIGHUP, note),
+        server.capture_signals(),
+    ):
+        signal.raise_signal(first)
+        signal.raise_signal(second)
+        assert got == []
+    assert got == [first]

@@ -24,10 +24,12 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_outputs import (
+    TableConsole,
     finished,
     is_stdout,
     keep_finished,
     keep_outputs,
+    table_code,
     to_stdout_flag,
     write_file,
     write_outputs,
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise
     code = _exit_code(runs)
     _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
-    return code
+    return table_code(console, code)
 
 
 def _checked_outputs(args: argparse.Namespace, options: EngineOptions, console: Console) -> Console:
@@ -114,7 +116,7 @@ def _checked_outputs(args: argparse.Namespace, options: EngineOptions, console: 
     table goes to: stderr where standard output holds an output (`-`) alone."""
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
     if to_stdout_flag(outputs) is not None:
-        console = Console(stderr=True)
+        console = TableConsole()
     outputs = {flag: None if is_stdout(p) else p for flag, p in outputs.items()}
     outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
     check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})

@@ -5,10 +5,16 @@ flag, and each output tried whatever befell the one before."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+
+from rich.console import Console
 
 from radixflow.bench.harness import BenchReport
 from radixflow.cli.command import UsageError, write_stdout
@@ -36,6 +42,48 @@ def to_stdout_flag(outputs: dict[str, Path | None]) -> str | None:
     if len(flags) > 1:
         raise UsageError(f"{flags[1]} -: standard output already takes {flags[0]}; give one a file")
     return flags[0] if flags else None
+
+
+class TableConsole(Console):
+    """The table's console where standard output holds an output (``-``): standard error. One
+    that refuses a write loses the table, not that output: rich's own pointed standard output at
+    /dev/null and exited 1 where standard error's reader had left (the JSON lost, without a
+    word), and let a full disk's error (``2> log``) out as a traceback. `lost` keeps the failure
+    for `table_code`; standard error then points at /dev/null (nothing more can be said there)."""
+
+    def __init__(self) -> None:
+        super().__init__(stderr=True)
+        self.lost: OSError | None = None
+
+    def _check_buffer(self) -> None:
+        if self.lost is None and not self.quiet:
+            try:
+                self._write_buffer()
+            except OSError as e:  # BrokenPipeError too: its reader left
+                self.lost = e
+                _to_devnull(sys.stderr)
+        del self._buffer[:]  # written, or never to be
+
+
+def _to_devnull(stream: object) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())  # type: ignore[attr-defined]
+        finally:
+            os.close(null)
+
+
+def table_code(console: Console, code: int) -> int:
+    """The run's exit ``code``, once its outputs are out, unless standard error refused the table
+    (`TableConsole`): then 141 where its reader left (as one of standard output), a `UsageError`
+    (exit 2) for a write that failed."""
+    lost = getattr(console, "lost", None)
+    if isinstance(lost, BrokenPipeError):
+        return 128 + signal.SIGPIPE
+    if lost is not None:
+        raise UsageError(f"cannot write standard error: {lost.strerror or lost}")
+    return code
 
 
 def write_text(flag: str, path: Path, text: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from radixflow.costmodel.kernel_times.table_files import (
@@ -10,6 +12,7 @@ from radixflow.costmodel.kernel_times.table_files import (
     SYSTEMS,
     decode_table,
     encode_table,
+    parse_row,
     read_table,
     table_label,
     table_path,
@@ -66,3 +69,20 @@ def test_known_measurements_are_shipped():
     rows = read_table("h200", "context_attention")
     (latency,) = [r[-1] for r in rows if r[:-1] == (32, 8, 128, 1, 2048)]
     assert latency == pytest.approx(0.0874, rel=0.01)
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_decoding_gives_what_parse_row_gives(table):
+    """decode_table's unrolled parser reads each row as parse_row does: the same values and types
+    (gdn's kernel a str, sizes ints, the latency a float); a short row is refused the same way."""
+    key = ["conv_decode" if c == "kernel" else "3" for c in COLUMNS[table][:-1]]
+    rows = [(*key, "0.25"), (*key[:-1], "7", "1e-3")]
+    text = "\n".join(",".join(r) for r in [COLUMNS[table], *rows]) + "\n"
+    data = gzip.compress(text.encode())
+    decoded = decode_table(table, data)
+    assert decoded == [parse_row(table, list(r)) for r in rows]
+    assert [tuple(map(type, r)) for r in decoded] == [
+        tuple(map(type, parse_row(table, list(r)))) for r in rows
+    ]
+    with pytest.raises(ValueError, match="fields"):
+        decode_table(table, gzip.compress(text.encode() + b"1,2\n"))

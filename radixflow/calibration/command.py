@@ -33,13 +33,6 @@ class CalibrationUsageError(ValueError):
     """A user mistake in the calibrate arguments (one line)."""
 
 
-HELP = (
-    "time the torch runner's worker calls on a grid of batch shapes, fit the cost model's coefficients "
-    "(non-negative least squares) and report the error on held-out shapes; writes a profile for --hardware. "
-    "Timing uses one torch thread unless --torch-threads says otherwise"
-)
-
-
 def _range(flag: str) -> str:
     """``flag``'s accepted values, as its help states them (`_plan` refuses the rest)."""
     low, high = LIMITS[flag]

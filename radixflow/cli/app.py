@@ -9,20 +9,20 @@ import os
 import signal
 import sys
 import threading
-from typing import NoReturn, TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
 
-from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import (
-    Command,
     StdoutUnwritable,
     UsageError,
     engine_left,
     stdout_writes,
     with_notes,
 )
+from radixflow.cli.commands import COMMANDS
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import flag_spellings
@@ -39,20 +39,6 @@ DESCRIPTION = (
     "context), serve (an OpenAI-compatible server) and run-batch (an OpenAI batch file through the "
     "server's routes, offline)."
 )
-
-# Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
-COMMANDS: tuple[Command, ...] = (
-    bench.COMMAND,
-    models.COMMAND,
-    calibrate.COMMAND,
-    cost.COMMAND,
-    experiment.COMMAND,
-    generate.COMMAND,
-    score.COMMAND,
-    serve.COMMAND,
-    run_batch.COMMAND,
-)
-
 
 # every option a command-line flag sets, by name -> its flag (the model is an argument of some commands)
 FLAGS = {k: v for k, v in flag_spellings(EngineOptions, Listen, ServerConfig).items() if k != "model"}
@@ -79,17 +65,51 @@ class _Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
+class _CommandParsers(dict[str, argparse.ArgumentParser]):
+    """The commands' parsers by name, each command's flags declared when its parser is first
+    looked up (argparse does once the command is named): `radixflow bench` imports bench's
+    module alone and `radixflow --help` none (`cli/commands.py`). The option registries a
+    command's flags list (policy names, plugins') are read then, as the parser is built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.undeclared: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser = super().__getitem__(name)
+        if (declare := self.undeclared.pop(name, None)) is not None:
+            declare(parser)
+        return parser
+
+    def __iter__(self) -> Iterator[str]:
+        # defined here, so `dict(choices)` copies through `__getitem__` (C's fast copy would not)
+        return super().__iter__()
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        if name not in self:
+            return default
+        return self[name]
+
+    def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, argparse.ArgumentParser]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
+
+
 def build_parser() -> argparse.ArgumentParser:
     # no abbreviations: a flag a command lacks (`score --candidates`) is named as unrecognised, not
     # taken for the one flag it begins (--candidates-file), whose error would blame a file never named
     p = _Parser(prog="radixflow", description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"radixflow {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    # argparse finds a command's parser in this map (`choices` too): one that declares its flags then
+    sub._name_parser_map = sub.choices = parsers = _CommandParsers()  # type: ignore[attr-defined]  # noqa: SLF001
     for cmd in COMMANDS:
-        parser = sub.add_parser(
+        sub.add_parser(
             cmd.name, help=cmd.help, description=cmd.help, formatter_class=HelpFormatter, allow_abbrev=False
         )
-        cmd.add_arguments(parser)
+        parsers.undeclared[cmd.name] = cmd.add_arguments
     return p
 
 

@@ -22,7 +22,7 @@ from radixflow.cli.args import (
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
-from radixflow.cli.bench_flags import add_arguments, warn_ineffective
+from radixflow.cli.bench_flags import warn_ineffective
 from radixflow.cli.bench_outputs import (
     TableConsole,
     finished,
@@ -36,7 +36,7 @@ from radixflow.cli.bench_outputs import (
     write_text,
 )
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError
+from radixflow.cli.command import StdoutUnwritable, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
 from radixflow.engine.interrupts import HeldInterrupt
@@ -289,6 +289,3 @@ def _empty_in(run: PolicyRun) -> str:
         if empty == len(trials)
         else f"{run.result.policy} in {empty} of its {len(trials)} trials"
     )
-
-
-COMMAND = Command("bench", "run scheduling policies side by side on one workload", add_arguments, run)

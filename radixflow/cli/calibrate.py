@@ -11,9 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from radixflow.calibration import command as calibration
-from radixflow.calibration.command import HELP, CalibrationUsageError, default_out
+from radixflow.calibration.command import CalibrationUsageError, default_out
 from radixflow.cli.args import check_output_paths
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.models.zoo import ZOO
 from radixflow.options.engine_options import EngineOptions
@@ -93,6 +93,3 @@ def refuse_out_in_checkpoint(out: Path, models: list[str], said: str) -> None:
         if real.is_relative_to(os.path.realpath(expand_home(model))):
             where = f"a file of the checkpoint {said} {model}, which the profile would replace"
             raise UsageError(f"--out {out}: {where}; write it elsewhere")
-
-
-COMMAND = Command("calibrate", HELP, add_arguments, run)

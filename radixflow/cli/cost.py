@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from radixflow.cli.args import int_arg
-from radixflow.cli.command import Command, UsageError, write_stdout
+from radixflow.cli.command import UsageError, write_stdout
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
@@ -26,10 +26,6 @@ from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import ProblemError, counted, flag
 
-HELP = (
-    "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
-    "steps or both) and its terms, each with its work and source"
-)
 # the engine options that change one worker call's cost, declared and checked as every command does
 ENGINE_OPTIONS = (
     "hardware",
@@ -174,6 +170,3 @@ def _print(cost: RoundBreakdown, what: str, round_: str, console: Console) -> No
     console.print(table)
     for name, t in cost.terms.items():
         console.print(f"[bold]{name}[/bold]: {escape(t.source)}", highlight=False)
-
-
-COMMAND = Command("cost", HELP, add_arguments, run)

@@ -6,8 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from radixflow.cli.command import Command, UsageError
-from radixflow.experiments.command import HELP, ExperimentUsageError, add_arguments
+from radixflow.cli.command import UsageError
+from radixflow.experiments.command import ExperimentUsageError
 from radixflow.experiments.command import run as run_experiment
 
 
@@ -16,6 +16,3 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return run_experiment(args, console)
     except ExperimentUsageError as e:
         raise UsageError(str(e)) from None
-
-
-COMMAND = Command("experiment", HELP, add_arguments, run)

@@ -26,7 +26,6 @@ from radixflow.cli.args import (
     write_trace,
 )
 from radixflow.cli.command import (
-    Command,
     StdoutUnwritable,
     UsageError,
     stdout_writes,
@@ -34,7 +33,7 @@ from radixflow.cli.command import (
     write_stdout,
 )
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
+from radixflow.cli.generate_flags import sampling_flag, sampling_params
 from radixflow.cli.serve_setup import refuse_setup
 from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.options.flags import from_args
@@ -183,6 +182,3 @@ def as_json(out: GenerationOutput) -> dict[str, Any]:
     if out.prompt_logprobs is not None:
         data["prompt_logprobs"] = [None if e is None else asdict(e) for e in out.prompt_logprobs]
     return data
-
-
-COMMAND = Command("generate", "generate text with a model (offline, no server)", add_arguments, run)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from radixflow.cli.command import Command, write_stdout
+from radixflow.cli.command import write_stdout
 from radixflow.cli.extras import require_torch_extra
 
 COLUMNS = ("name", "family", "model_type", "params", "hybrid", "layers")
@@ -78,6 +78,3 @@ def _print(infos: list[Any], console: Console) -> None:
     for info in infos:
         name, *rest = _cells(info)
         console.print(f"[bold]{escape(name)}[/bold]  " + escape("  ".join(rest)))
-
-
-COMMAND = Command("models", "list the built-in model zoo", add_arguments, run)

@@ -24,7 +24,7 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import ROUND_LEFT, Command, UsageError, with_notes
+from radixflow.cli.command import ROUND_LEFT, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import (
     ROW_LIMITS,
@@ -255,11 +255,3 @@ def _write_answers(
             return asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
 
         return write_lines("--output", output, answer, kept, record, restart)
-
-
-COMMAND = Command(
-    "run-batch",
-    "run an OpenAI batch file (completions, chat, score) through the server's routes, offline",
-    add_arguments,
-    run,
-)

@@ -27,7 +27,7 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, UsageError, with_notes, write_stdout
+from radixflow.cli.command import UsageError, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
@@ -280,8 +280,3 @@ def _read_candidates(path: Path | None) -> list[str]:
     if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
         raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")
     return lines
-
-
-COMMAND = Command(
-    "score", "rank candidates by their logprob after one shared context (offline)", add_arguments, run
-)

@@ -20,7 +20,7 @@ from radixflow.cli.args import (
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
-from radixflow.cli.command import ENGINE_LEFT, Command
+from radixflow.cli.command import ENGINE_LEFT
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.serve_fleet import run_fleet
 from radixflow.cli.serve_setup import (
@@ -141,8 +141,3 @@ def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
     print(f"radixflow: {said}; {ENGINE_LEFT}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)
-
-
-COMMAND = Command(
-    "serve", "serve a model over an OpenAI-compatible HTTP API", add_arguments, run, handles_sigterm=True
-)

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from radixflow.experiments import MAX_CELLS
 from radixflow.experiments.analysis import distinct
 from radixflow.experiments.config import ExperimentConfig, ExperimentConfigError
-from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
+from radixflow.experiments.config_checks import parse_seeds
 from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import (
     CELLS_DIR,
@@ -45,15 +46,6 @@ PROGRESS_EVERY = 100  # cells checked between updates of the bar
 
 class ExperimentUsageError(ValueError):
     """A user mistake (bad config, missing extra, unusable device): one line, exit 2."""
-
-
-HELP = (
-    "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
-    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them "
-    "(but for a cell with a trace_out: only a run writes its trace). "
-    "--device, when given, replaces the device of every torch-runner cell; --seeds the seeds of every cell; "
-    f"a config of more than {MAX_CELLS:,} cells is refused unless --max-cells allows it"
-)
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:

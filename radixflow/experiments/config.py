@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from radixflow.experiments import cell_digests
+from radixflow.experiments import MAX_CELLS, cell_digests
 from radixflow.experiments import config_checks as checks
-from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
+from radixflow.experiments.config_checks import ExperimentConfigError
 from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS
 from radixflow.options import option_fields
 from radixflow.options.sizes import parse_size

@@ -17,7 +17,6 @@ from typing import Any
 from radixflow.options import option_problem
 from radixflow.problems import NOT_FINITE, shown
 
-MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
 MAX_NAME = 100  # characters in an experiment or grid name
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")

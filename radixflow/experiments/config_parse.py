@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from radixflow.experiments import MAX_CELLS, config_paths
 from radixflow.experiments import config_checks as checks
-from radixflow.experiments import config_paths
 from radixflow.experiments.cell_checks import validate_cell
 from radixflow.experiments.cell_fit import planned
 from radixflow.experiments.config import (
@@ -26,7 +26,7 @@ from radixflow.experiments.config import (
     Variant,
     as_run,
 )
-from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
+from radixflow.experiments.config_checks import ExperimentConfigError, fail
 from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
 from radixflow.options import EngineOptions, option_problem

@@ -1,0 +1,65 @@
+"""What a command's start imports: its own module, no other command's (`cli/commands.py`).
+
+Pinned by the modules a fresh interpreter holds, not by timing: the imports of every command
+module together were most of `radixflow bench --runner sim`'s start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from cli_utils import checkout_env
+
+from radixflow.cli.app import COMMANDS
+from radixflow.cli.commands import module_of
+
+# what no command's start should pay for unless it runs with it (the torch and server extras)
+EXTRAS = ("torch", "numpy", "transformers", "fastapi", "uvicorn", "ray")
+# the machinery of commands' runs: the engine's harness, the server, the experiment runner
+RUN_MODULES = ("radixflow.bench.harness", "radixflow.server.app", "radixflow.experiments.command")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=checkout_env(), check=True
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_importing_the_cli_imports_no_command_module():
+    held = _modules_after("import radixflow.cli")
+    commands = {module_of(cmd.name) for cmd in COMMANDS}
+    assert held & commands == set()
+    assert held & {*EXTRAS, *RUN_MODULES} == set()
+
+
+@pytest.mark.parametrize("command", ["bench", "generate"])
+def test_a_commands_help_imports_its_flags_not_its_run(command):
+    # the parser argparse looks up for `radixflow COMMAND --help`: its flags declared, nothing run
+    code = (
+        "from radixflow.cli.app import build_parser\n"
+        "sub = next(a for a in build_parser()._actions if a.dest == 'command')\n"
+        f"assert sub.choices[{command!r}].format_help()"
+    )
+    held = _modules_after(code)
+    assert held & {module_of(cmd.name) for cmd in COMMANDS} == set()
+    assert held & {*EXTRAS, *RUN_MODULES} == set()
+
+
+def test_every_commands_parser_declares_its_flags_when_looked_up():
+    from radixflow.cli.app import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    # every way to the parsers: an item, a copy (`dict(choices)`), a lookup by get
+    assert [name for name, parser in sub.choices.items() if len(parser._actions) < 2] == []
+    assert [
+        name
+        for name, parser in dict(build_parser()._subparsers._group_actions[0].choices).items()
+        if len(parser._actions) < 2
+    ] == []
+    assert sub.choices.get("bench") is sub.choices["bench"] and sub.choices.get("nosuch") is None

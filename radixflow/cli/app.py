@@ -9,8 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from rich.console import Console
 
@@ -65,52 +64,28 @@ class _Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
-class _CommandParsers(dict[str, argparse.ArgumentParser]):
-    """The commands' parsers by name, each command's flags declared when its parser is first
-    looked up (argparse does once the command is named): `radixflow bench` imports bench's
-    module alone and `radixflow --help` none (`cli/commands.py`). The option registries a
-    command's flags list (policy names, plugins') are read then, as the parser is built."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.undeclared: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
-
-    def __getitem__(self, name: str) -> argparse.ArgumentParser:
-        parser = super().__getitem__(name)
-        if (declare := self.undeclared.pop(name, None)) is not None:
-            declare(parser)
-        return parser
-
-    def __iter__(self) -> Iterator[str]:
-        # defined here, so `dict(choices)` copies through `__getitem__` (C's fast copy would not)
-        return super().__iter__()
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        if name not in self:
-            return default
-        return self[name]
-
-    def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
-        return [self[name] for name in self]
-
-    def items(self) -> list[tuple[str, argparse.ArgumentParser]]:  # type: ignore[override]
-        return [(name, self[name]) for name in self]
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's flags, or ``only`` that command's (the one argv
+    names, `named_command`: the others' modules are not imported, `cli/commands.py`). The option
+    registries a command's flags list (policy names, plugins') are read as its flags are declared."""
     # no abbreviations: a flag a command lacks (`score --candidates`) is named as unrecognised, not
     # taken for the one flag it begins (--candidates-file), whose error would blame a file never named
     p = _Parser(prog="radixflow", description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"radixflow {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    # argparse finds a command's parser in this map (`choices` too): one that declares its flags then
-    sub._name_parser_map = sub.choices = parsers = _CommandParsers()  # type: ignore[attr-defined]  # noqa: SLF001
     for cmd in COMMANDS:
-        sub.add_parser(
+        parser = sub.add_parser(
             cmd.name, help=cmd.help, description=cmd.help, formatter_class=HelpFormatter, allow_abbrev=False
         )
-        parsers.undeclared[cmd.name] = cmd.add_arguments
+        if only is None or cmd.name == only:
+            cmd.add_arguments(parser)
     return p
+
+
+def named_command(argv: list[str]) -> str:
+    """The command ``argv`` names: its first word, the top level taking no option but ``-h`` and
+    ``--version`` ("": none, as for ``radixflow --help``, whose listing needs no command's flags)."""
+    return argv[0] if argv and not argv[0].startswith("-") else ""
 
 
 def _spelling(param: str, model_flag: str | None) -> str:
@@ -171,7 +146,8 @@ def _command(argv: list[str] | None, console: Console) -> int:
     term = SigtermAsCtrlC()  # a SIGTERM or SIGHUP stops a command as a Ctrl-C does, unless it handles its own
     args = None
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        args = build_parser(named_command(argv)).parse_args(argv)
         command = commands[args.command]
         with contextlib.nullcontext() if command.handles_sigterm else term:
             return command.run(args, console)

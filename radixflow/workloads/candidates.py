@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, Problem, ProblemError, shown
 from radixflow.scheduler.request import MAX_ARRIVAL_S
 
 ORDERS = ("grouped", "interleaved", "shuffled")
@@ -63,6 +63,9 @@ class WorkloadSpec:
         spelled as ``spell`` does. Pure: nothing is drawn."""
         at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
         at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
+        for name in (f.name for f in fields(self)):
+            if (rule := kind_rule(name, getattr(self, name))) is not None:
+                return Problem(name, f"{rule}, got {shown(getattr(self, name))}")
         if self.seed < 0:  # the engine takes one (read mod 2^64); this draws with random.Random
             why = "random.Random(-s) draws what random.Random(s) draws"
             return Problem("seed", f"must be at least 0 for a generated workload ({why}), got {self.seed!r}")
@@ -219,6 +222,16 @@ class WorkloadSpec:
         return asdict(self)
 
 
+def kind_rule(name: str, value: object) -> str | None:
+    """The kind ``value`` is not, for the workload key ``name``, in the words every door uses (an
+    integer key's float or bool, a number key's text); None: it is of its kind. A spec built in
+    Python is typed only here (the TOML's keys and bench's flags are typed as they are read)."""
+    kind = _KINDS[name]
+    if kind is str or (isinstance(value, kind | int) and not isinstance(value, bool)):
+        return None  # a string key's value is checked against the ones it knows
+    return NOT_AN_INTEGER if kind is int else NOT_A_NUMBER
+
+
 def _summed(keys: tuple[str, ...], spell: KeySpell) -> str:
     return " + ".join(word for word in map(spell, keys) if word is not None)
 
@@ -226,3 +239,6 @@ def _summed(keys: tuple[str, ...], spell: KeySpell) -> str:
 def _counted_words(spell: KeySpell) -> str:
     groups, candidates, independent = map(spell, COUNT_KEYS)
     return f"{groups} × {candidates} + {independent}"
+
+
+_KINDS = {f.name: type(f.default) for f in fields(WorkloadSpec)}  # int, float or str

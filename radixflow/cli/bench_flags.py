@@ -7,11 +7,13 @@ so a warning can tell a given flag that does nothing from a default.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int, warn
+from radixflow.cli.args import int_arg, warn
 from radixflow.options.flag_warnings import ONE_TOKEN
-from radixflow.options.flags import add_engine_flags, file_path_arg, not_stdin
-from radixflow.workloads.candidates import ARRIVALS, MIN_RATE, ORDERS, WorkloadSpec
+from radixflow.options.flags import add_engine_flags, file_path_arg, not_stdin, parse_float, parse_int
+from radixflow.options.numerals import typed
+from radixflow.workloads.candidates import ARRIVALS, ORDERS, WorkloadSpec, value_rule
 
 MAX_REPEAT = 1000
 
@@ -75,35 +77,35 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
 def _workload_flags(g: argparse._ArgumentGroup) -> None:
     w = WorkloadSpec()
     g.add_argument(
-        "--groups", type=non_negative_int, metavar="N", help=f"shared contexts (default: {w.groups})"
+        "--groups", type=workload_arg("groups"), metavar="N", help=f"shared contexts (default: {w.groups})"
     )
     g.add_argument(
         "--candidates",
-        type=non_negative_int,
+        type=workload_arg("candidates"),
         metavar="N",
         help=f"candidates per context (default: {w.candidates})",
     )
     g.add_argument(
         "--context-len",
-        type=non_negative_int,
+        type=workload_arg("context_len"),
         metavar="N",
         help=f"tokens per shared context (default: {w.context_len})",
     )
     g.add_argument(
         "--candidate-len",
-        type=positive_int,
+        type=workload_arg("candidate_len"),
         metavar="N",
         help=f"tokens per candidate (default: {w.candidate_len})",
     )
     g.add_argument(
         "--independent",
-        type=non_negative_int,
+        type=workload_arg("independent"),
         metavar="N",
         help=f"unrelated requests mixed in (default: {w.independent})",
     )
     g.add_argument(
         "--namespaces",
-        type=positive_int,
+        type=workload_arg("namespaces"),
         metavar="N",
         help=f"groups spread over this many namespaces (default: {w.namespaces})",
     )
@@ -118,9 +120,23 @@ def _workload_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--rate",
         metavar="PER_S",
-        type=float_arg(MIN_RATE),  # its least value named at once: 0 is below it, not "not positive"
+        type=workload_arg("rate"),  # its least value named at once: 0 is below it, not "not positive"
         help=f"requests/s for poisson and bursty arrivals (default: {w.rate:g})",
     )
+
+
+def workload_arg(key: str) -> Callable[[str], float]:
+    """argparse type of the flag setting the workload key ``key``: `WorkloadSpec`'s own rule for
+    it, read as the flag is (before the model loads), in the TOML key's words."""
+    parse = parse_float if isinstance(getattr(WorkloadSpec(), key), float) else parse_int
+
+    def parse_checked(text: str) -> float:
+        value = parse(text)
+        if (rule := value_rule(key, value)) is not None:
+            raise argparse.ArgumentTypeError(f"{rule}, got {typed(text)}")
+        return value
+
+    return parse_checked
 
 
 def _dest(flag: str) -> str:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
-from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, Problem, ProblemError, shown
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, shown
 from radixflow.scheduler.request import MAX_ARRIVAL_S
 
 ORDERS = ("grouped", "interleaved", "shuffled")
@@ -29,6 +29,16 @@ MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
 KeySpell = Callable[[str], str | None]
 COUNT_KEYS = ("groups", "candidates", "independent")
 PROMPT_KEYS = ("shared_prefix_len", "context_len", "candidate_len")
+# The least value of each numeric key: one table, one wording (`value_rule`) for every door that
+# sets one: an experiment TOML's key, bench's flag as it is read, a spec built in Python
+AT_LEAST: dict[str, float] = {"seed": 0, "groups": 0, "candidates": 0, "independent": 0}
+AT_LEAST |= {"shared_prefix_len": 0, "context_len": 0, "candidate_len": 1, "burst_size": 1, "namespaces": 1}
+AT_LEAST |= {"vocab_size": 2, "skew": 0.0, "rate": MIN_RATE}
+# the engine takes a negative seed (read mod 2^64); a workload draws with random.Random
+_LEAST_WHY = {
+    "seed": " for a generated workload (random.Random(-s) draws what random.Random(s) draws)",
+    "rate": " requests/s",
+}
 
 
 def as_key(key: str) -> str | None:
@@ -61,24 +71,15 @@ class WorkloadSpec:
     def problem(self, spell: KeySpell = as_key) -> Problem | None:
         """Why this workload cannot be built (None when it can), the keys its message adds up
         spelled as ``spell`` does. Pure: nothing is drawn."""
-        at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
-        at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
-        for name in (f.name for f in fields(self)):
+        for name in (f.name for f in fields(self)):  # every kind first: the bounds compare them
             if (rule := kind_rule(name, getattr(self, name))) is not None:
                 return Problem(name, f"{rule}, got {shown(getattr(self, name))}")
-        if self.seed < 0:  # the engine takes one (read mod 2^64); this draws with random.Random
-            why = "random.Random(-s) draws what random.Random(s) draws"
-            return Problem("seed", f"must be at least 0 for a generated workload ({why}), got {self.seed!r}")
-        for name, low in at_least.items():
-            if getattr(self, name) < low:
-                return Problem(name, f"must be at least {low}, got {getattr(self, name)!r}")
-        if not math.isfinite(self.skew) or self.skew < 0:
-            return Problem("skew", f"must be a finite number >= 0, got {self.skew}")
+        for name in AT_LEAST:
+            if (rule := value_rule(name, getattr(self, name))) is not None:
+                return Problem(name, f"{rule}, got {shown(getattr(self, name))}")
         for name, known in (("order", ORDERS), ("arrival", ARRIVALS), ("kind", KINDS)):
             if getattr(self, name) not in known:
                 return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
-        if not math.isfinite(self.rate) or self.rate < MIN_RATE:
-            return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
         return self._size_problem(spell) or self._span_problem()
 
     def _span_problem(self) -> Problem | None:
@@ -230,6 +231,18 @@ def kind_rule(name: str, value: object) -> str | None:
     if kind is str or (isinstance(value, kind | int) and not isinstance(value, bool)):
         return None  # a string key's value is checked against the ones it knows
     return NOT_AN_INTEGER if kind is int else NOT_A_NUMBER
+
+
+def value_rule(name: str, value: object) -> str | None:
+    """The rule ``value`` breaks as the numeric workload key ``name`` (its kind, finite, its least
+    value in `AT_LEAST`), as every door words it before ", got <value>"; None: it keeps them."""
+    if (rule := kind_rule(name, value)) is not None:
+        return rule
+    assert isinstance(value, int | float)  # kind_rule passed a number key's
+    if not math.isfinite(value):
+        return NOT_FINITE
+    low = AT_LEAST[name]
+    return None if value >= low else f"must be at least {low:g}{_LEAST_WHY.get(name, '')}"
 
 
 def _summed(keys: tuple[str, ...], spell: KeySpell) -> str:

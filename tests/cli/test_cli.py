@@ -191,7 +191,7 @@ def test_round_trace_keeps_a_rolled_back_round_with_its_error(tmp_path, monkeypa
         (["bench", "--token-budget", "8", "--block-size", "16"], "smaller than one block"),
         (["bench", "--groups", "0"], "--groups: empty workload"),
         (["bench", "--candidates", "0"], "--candidates: empty workload"),  # named --groups, not given
-        (["bench", "--rate", "-3"], "--rate: must be at least 1e-06, got -3"),
+        (["bench", "--rate", "-3"], "--rate: must be at least 1e-06 requests/s, got -3"),
         (["bench", "--policy", "greedy"], "--policy: unknown policy 'greedy'"),
         (["bench", "--model", "gpt-9"], "unknown torch model 'gpt-9' (zoo names: llama-tiny"),
         (["bench", "--runner", "sim", "--model", "gpt-9"], "unknown sim model 'gpt-9' (sim shapes: qwen3_5"),

@@ -19,6 +19,7 @@ from cli_utils import checkout_env, run_cli, run_reader_gone
 from radixflow.cli import main
 from radixflow.cli.app import COMMANDS, build_parser
 from radixflow.cli.command import UsageError
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -61,7 +62,7 @@ def test_non_finite_numbers_are_refused(capsys, flag, value):
         (["--repeat", "1000000"], "must be at most 1000"),
         (["--rate", "1e-300", "--arrival", "poisson"], "must be at least 1e-06"),
         # a rate of 0 was "must be positive": 1e-07, positive, was then refused again
-        (["--rate", "0", "--arrival", "poisson"], "--rate: must be at least 1e-06, got 0"),
+        (["--rate", "0", "--arrival", "poisson"], "--rate: must be at least 1e-06 requests/s, got 0"),
         (["--tflops", "1e-300"], "must be at least 0.001"),
         (["--per-request-ms", "1e300"], "must be at most 3600000"),
     ],
@@ -1430,3 +1431,25 @@ def test_a_cluster_replicas_threads_are_not_held_to_this_machines_cpus(capsys, m
     assert err.startswith("radixflow: error: --ray-address x: "), err  # past the options, to Ray
     err = one_line_error(capsys, fleet)  # a local fleet's replicas are this machine's
     assert err == "radixflow: error: --torch-threads: must be at most 2 (this machine's CPUs), got 8"
+
+
+@pytest.mark.parametrize(
+    "flag, value, key, says",
+    [
+        ("--candidate-len", "0", "candidate_len", "must be at least 1, got 0"),
+        ("--namespaces", "0", "namespaces", "must be at least 1, got 0"),
+        ("--context-len", "-1", "context_len", "must be at least 0, got -1"),
+        ("--groups", "-1", "groups", "must be at least 0, got -1"),
+        ("--rate", "0", "rate", "must be at least 1e-06 requests/s, got 0"),
+    ],
+)
+def test_a_workload_flag_is_refused_in_the_words_of_its_toml_key(capsys, flag, value, key, says):
+    # one rule, worded two ways: --candidate-len 0 "must be positive" where the TOML's
+    # candidate_len = 0 "must be at least 1"; --context-len -1 ">= 0"; --rate 0 "at least 1e-06"
+    # where the TOML's was "a finite number >= 1e-06 requests/s". Refused as the flag is read:
+    # before an unknown model is
+    err = one_line_error(capsys, ["bench", "--model", "gpt-9", flag, value, "--arrival", "poisson"])
+    assert err == f"radixflow: error: {flag}: {says}"
+    typed = float(value) if key == "rate" else int(value)
+    problem = WorkloadSpec(**{key: typed}).problem()
+    assert problem is not None and problem.message.split(", got")[0] == says.split(", got")[0]

@@ -1818,10 +1818,13 @@ def test_a_fleet_cells_policy_counters_are_its_replicas_summed(tiny: Path, monke
     "edit, says",
     [
         ("candidate_len = -1", "defaults.workload.candidate_len: must be at least 1, got -1"),
-        ("candidate_len = 16\nrate = -5.0", "defaults.workload.rate: must be a finite number >= 1e-06"),
+        (
+            "candidate_len = 16\nrate = -5.0",
+            "defaults.workload.rate: must be at least 1e-06 requests/s, got -5.0",
+        ),
         ("candidate_len = 16\nburst_size = -2", "defaults.workload.burst_size: must be at least 1, got -2"),
         ("candidate_len = 16\nnamespaces = -1", "defaults.workload.namespaces: must be at least 1, got -1"),
-        ("candidate_len = 16\nskew = -0.5", "defaults.workload.skew: must be a finite number >= 0, got -0.5"),
+        ("candidate_len = 16\nskew = -0.5", "defaults.workload.skew: must be at least 0, got -0.5"),
     ],
 )
 def test_a_negative_workload_value_is_refused_with_its_own_least_value(tiny: Path, edit, says):

@@ -662,6 +662,8 @@ def test_a_missing_or_mistyped_trace_field_says_what_the_line_holds(tmp_path, li
         ({"rate": "x"}, "rate: must be a number, got 'x'"),
         ({"rate": True}, "rate: must be a number, got True"),
         ({"skew": "1"}, "skew: must be a number, got '1'"),
+        ({"skew": float("nan")}, "skew: must be a finite number, got nan"),
+        ({"rate": 0.0}, "rate: must be at least 1e-06 requests/s, got 0.0"),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_refused_in_one_line_naming_its_field(given, says):

@@ -12,7 +12,8 @@ import math
 from radixflow.generation.params import MAX_CHOICES, SamplingParams, unsent_max_tokens
 from radixflow.options.flags import Unparsed, add_engine_flags, parse_float, parse_int
 from radixflow.options.numerals import read_float, read_int
-from radixflow.problems import NOT_FINITE, flag, shown
+from radixflow.problems import NOT_FINITE, flag
+from radixflow.scheduler.sampling_checks import bias_name
 
 DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each prompt's room
 
@@ -189,7 +190,7 @@ def token_bias(text: str) -> tuple[int | str, float | Unparsed]:
         raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
     number, value = read_int(token), read_float(bias)
     if number is not None and value is not None and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"token {shown(number)}'s bias {NOT_FINITE}, got {value!r}")
+        raise argparse.ArgumentTypeError(f"{bias_name(number)} {NOT_FINITE}, got {value!r}")
     return (token if number is None else number), (Unparsed(bias) if value is None else value)
 
 

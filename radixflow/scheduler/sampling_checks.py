@@ -101,14 +101,20 @@ def bias_problem(pairs: object) -> Problem | None:
         if token in seen:  # its biases would add up, past the range each is checked against
             return Problem("logit_bias", f"token {shown(token)} is given twice")
         seen.add(token)
-        kind = number_problem(f"token {shown(token)}'s bias", bias)  # said as a flag's or a body's number
+        kind = number_problem(bias_name(token), bias)  # said as a flag's or a body's number
         if kind is not None:
             return Problem("logit_bias", f"{kind.param} {kind.message}")
         if not within(bias, MAX_LOGIT_BIAS):
             limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
-            said = f"token {shown(token)}'s bias must be a number in {limit}, got {shown(bias)}"
+            said = f"{bias_name(token)} must be a number in {limit}, got {shown(bias)}"
             return Problem("logit_bias", said)
     return None
+
+
+def bias_name(token: object) -> str:
+    """One token's bias as every door's refusal names it (``token 5's bias``): `SamplingParams`,
+    the CLI's --logit-bias, the server's body."""
+    return f"token {shown(token)}'s bias"
 
 
 def shown(value: object) -> str:

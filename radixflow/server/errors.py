@@ -20,6 +20,7 @@ from starlette.routing import Match
 from radixflow.generation.params import STOP_SHAPE
 from radixflow.generation.tokenizer import TextTooLong
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
+from radixflow.scheduler.sampling_checks import bias_name
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
@@ -47,6 +48,10 @@ _SAID = {
     "model_type": "must be an object",
     "model_attributes_type": "must be an object",  # a nested body (stream_options) sent as a list, a number
 }
+
+# a logit_bias key: decimal ASCII digits, few enough for int() (a negative id is then refused as
+# outside the vocabulary, as a long one would be)
+TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
 
 # parameters that take several shapes, and how to say which
 UNION_SHAPES = {
@@ -126,6 +131,9 @@ def validation_message(
     if param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str):
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
     said = _SAID.get(str(kind), first.get("msg"))
+    if param == "logit_bias" and len(loc) == 2 and TOKEN_ID_KEY.fullmatch(str(loc[1])):
+        # one token's bias, named as `SamplingParams` (the Python API, the CLI) names it
+        return f"logit_bias: {bias_name(int(loc[1]))} {said}, got {_shown(first.get('input'))}", param
     return f"{where}: {said}, got {_shown(first.get('input'))}", param
 
 

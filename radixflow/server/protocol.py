@@ -8,14 +8,13 @@ or refused (the tables in `refused`).
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from radixflow.generation.params import SamplingParams, unsent_max_tokens
 from radixflow.scheduler.sampling import alternatives_problem
-from radixflow.server.errors import ApiError
+from radixflow.server.errors import TOKEN_ID_KEY, ApiError
 from radixflow.server.refused import (
     CHAT_REFUSED,
     COMPLETION_REFUSED,
@@ -25,9 +24,6 @@ from radixflow.server.refused import (
 from radixflow.server.strict import Refused, StrictBody, declaring
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-# a logit_bias key: decimal ASCII digits, few enough for int() (a negative id is then refused as
-# outside the vocabulary, as a long one would be)
-TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
 
 
 class StructuredOutputs(StrictBody):

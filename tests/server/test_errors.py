@@ -118,6 +118,10 @@ BAD_COMPLETIONS = [
         {"logit_bias": {"7": -101}},
         "logit_bias: token 7's bias must be a number in [-100, 100], got -101.0",
     ),
+    # said as SamplingParams and the CLI say it, not "logit_bias.5: must be a number"
+    ("logit_bias text", {"logit_bias": {"5": "x"}}, 'logit_bias: token 5\'s bias must be a number, got "x"'),
+    ("logit_bias null", {"logit_bias": {"5": None}}, "logit_bias: token 5's bias must be a number, got null"),
+    ("logit_bias bool", {"logit_bias": {"5": True}}, "logit_bias: token 5's bias must be a number, got true"),
     (
         "logit_bias token",
         {"logit_bias": {"512": 1}},

@@ -183,18 +183,21 @@ def go_on_from(
     dropped: int = 0,
     dropped_as: str = SERVER_ERRORS,
 ) -> list[T]:
-    """``left()``: the inputs the ``kept`` rows do not answer (a ValueError when the rows are not
-    this input's answers, refused as `refuse_partial`, as are rows computed under another record
-    than ``kept.record``: another input, model or option that changes them), said on stderr with
+    """``left()``: the inputs the ``kept`` rows do not answer, said on stderr with
     ``failed``, the kept rows that are a line's failure, and ``dropped``, the rows among ``kept``
-    that the command drops (`KeptRows.only`) and runs again (``dropped_as``: what they are)."""
+    that the command drops (`KeptRows.only`) and runs again (``dropped_as``: what they are).
+    Rows computed under another record than ``kept.record`` (another command, input, model or
+    option that changes them) are refused as `refuse_partial`, and then rows that are not this
+    input's answers (``left()``'s ValueError)."""
+    # the record first: it says why the rows differ (another command, input or option), where
+    # a row of another command's file or an edited input said only "row 1: ... not in --input"
+    why = _unlike(kept.partial, kept.record)
+    if why is not None:
+        raise refuse_partial("--output", output, why)
     try:
         rest = left()
     except ValueError as e:
         raise refuse_partial("--output", output, str(e)) from None
-    why = _unlike(kept.partial, kept.record)  # rows of this input, computed under other options?
-    if why is not None:
-        raise refuse_partial("--output", output, why)
     say_kept(kept, len(rest), failed, dropped, dropped_as)
     return rest
 

@@ -709,10 +709,9 @@ def test_a_torn_last_row_is_run_again_and_restart_starts_over(zoo, capsys, tmp_p
             '{"id": "other", "line": 1, "scores": []}\n',
             "row 1 (line 1, id 'other') is not --input's line 1 (id 'q0')",
         ),
-        (
-            '{"custom_id": "c0", "response": {}}\n',
-            "row 1 (line None, id None) is not --input's line 1 (id 'q0')",
-        ),
+        # a row of run-batch's, its record run-batch's: it was refused by the row, "row 1 (line
+        # None, id None) is not --input's line 1", before the record that says what it is
+        ('{"custom_id": "c0", "response": {}}\n', "it was written by radixflow run-batch, not score"),
         ("not json\n", "line 1: not valid JSON"),
         # the same line and id, other candidates: a row of the file before it was edited
         (
@@ -722,14 +721,21 @@ def test_a_torn_last_row_is_run_again_and_restart_starts_over(zoo, capsys, tmp_p
         ('{"id": "q0", "line": 1, "scores": []}\n' * 3, "it holds 3 rows, more than --input's 2 lines"),
     ],
 )
-def test_a_partial_file_of_another_input_is_refused_in_one_line(zoo, capsys, tmp_path, partial_text, why):
+def test_a_partial_file_of_another_input_is_refused_in_one_line(
+    zoo, capsys, tmp_path, monkeypatch, partial_text, why
+):
     from radixflow.cli import main
 
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text(_score_lines(2))
-    partial = tmp_path / "out.jsonl.partial"
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    _cut_short_after_one_row(monkeypatch, argv)  # a record of this run's: the rows are checked
+    partial, meta = tmp_path / "out.jsonl.partial", tmp_path / "out.jsonl.partial.meta"
     partial.write_text(partial_text)
-    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 2
+    if "run-batch" in why:  # the record of the command whose row it is
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "command": "run-batch"}))
+    capsys.readouterr()
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--output {out}: cannot go on from its partial file {partial}: " in err
     assert why in err and "give --restart to start over" in err
@@ -801,6 +807,9 @@ def _cut_short_after_one_row(monkeypatch, argv: list[str], calls: int = 1) -> No
         (["--dtype", "bfloat16"], "it was computed with --dtype auto, not bfloat16"),
         (["--kernels", "torch"], "it was computed with --kernels auto, not torch"),
         ("edit", "it was computed from another --input (the file has changed since, or is another one)"),
+        # its first line deleted: the record said so, but the rows were read first, and refused
+        # as "row 1 (line 1, id 'q0') is not --input's line 1 (id 'q1')"
+        ("delete", "it was computed from another --input (the file has changed since, or is another one)"),
     ],
 )
 def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
@@ -820,7 +829,9 @@ def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
     kept = partial.read_text()
     if change == "edit":
         given.write_text(_score_lines(3).replace("Question 0", "Query 0"))
-        change = []
+    if change == "delete":
+        given.write_text("".join(_score_lines(3).splitlines(keepends=True)[1:]))
+    change = [] if isinstance(change, str) else change
     capsys.readouterr()
     submitted = _count_engine_requests(monkeypatch)
     assert main([*argv, *change]) == 2
@@ -829,7 +840,7 @@ def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
     assert err.count("\n") == 1 and err.startswith(said) and "give --restart to start over" in err
     assert submitted == [] and partial.read_text() == kept and not out.exists()
     assert main([*argv, *change, "--restart"]) == 0  # as the error says
-    assert len(out.read_text().splitlines()) == 3 and not partial.exists()
+    assert len(out.read_text().splitlines()) == len(given.read_text().splitlines()) and not partial.exists()
     assert not (tmp_path / "out.jsonl.partial.meta").exists()
 
 

@@ -596,15 +596,22 @@ def test_a_torn_last_answer_is_posted_again_and_restart_starts_over(zoo, tmp_pat
     [
         ({"id": "batch_req_1", "custom_id": "other", "response": {"status_code": 200}}, "'other' is not in"),
         ({"id": "batch_req_9", "custom_id": "c0", "response": {"status_code": 200}}, "not the answer of"),
-        ({"id": 1, "line": 1, "scores": []}, "row 1: custom_id None is not in --input"),
+        # a row of score's, its record score's: it was refused by the row, "row 1: custom_id None
+        # is not in --input", before the record that says what it is
+        ({"id": 1, "line": 1, "scores": []}, "it was written by radixflow score, not run-batch"),
     ],
 )
-def test_a_partial_file_of_another_batch_is_refused_in_one_line(zoo, tmp_path, capsys, row, why):
+def test_a_partial_file_of_another_batch_is_refused_in_one_line(zoo, tmp_path, capsys, monkeypatch, row, why):
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(2)))
-    partial = tmp_path / "out.jsonl.partial"
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    _cut_short_after_one_answer(monkeypatch, argv)  # a record of this run's: the rows are checked
+    partial, meta = tmp_path / "out.jsonl.partial", tmp_path / "out.jsonl.partial.meta"
     partial.write_text(json.dumps(row) + "\n")
-    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 2
+    if "score" in why:  # the record of the command whose row it is
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "command": "score"}))
+    capsys.readouterr()
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--output {out}: cannot go on from its partial file {partial}: " in err
     assert why in err and "give --restart to start over" in err
@@ -661,6 +668,9 @@ def test_a_kept_error_answer_is_said_and_counted_in_the_exit_status(zoo, tmp_pat
         (["--seed", "7"], "it was computed with --seed 0, not 7"),
         (["--default-max-tokens", "9"], "it was computed with --default-max-tokens 256, not 9"),
         ("edit", "it was computed from another --input (the file has changed since, or is another one)"),
+        # its first line deleted: the record said so, but the rows were read first, and refused
+        # as "row 1: custom_id 'c0' is not in --input"
+        ("delete", "it was computed from another --input (the file has changed since, or is another one)"),
     ],
 )
 def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
@@ -678,7 +688,9 @@ def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
     kept = partial.read_text()
     if change == "edit":
         given.write_text(given.read_text().replace('"temperature": 0', '"temperature": 1.0'))
-        change = []
+    if change == "delete":
+        given.write_text("".join(given.read_text().splitlines(keepends=True)[1:]))
+    change = [] if isinstance(change, str) else change
     capsys.readouterr()
     submitted = _count_engine_requests(monkeypatch)
     assert main([*argv, *change]) == 2
@@ -687,7 +699,7 @@ def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
     assert err.count("\n") == 1 and err.startswith(said) and "give --restart to start over" in err
     assert submitted == [] and partial.read_text() == kept and not out.exists()
     assert main([*argv, *change, "--restart"]) == 0  # as the error says
-    assert len(out.read_text().splitlines()) == 3 and not partial.exists()
+    assert len(out.read_text().splitlines()) == len(given.read_text().splitlines()) and not partial.exists()
     assert not (tmp_path / "out.jsonl.partial.meta").exists()
 
 

@@ -183,6 +183,26 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == said
 
 
+def test_a_plugin_a_ray_worker_cannot_import_fails_its_cell_in_one_line(monkeypatch):
+    # the worker reads RADIXFLOW_PLUGINS as its cell first reads a registry: a module it cannot
+    # import (not on that node's path) failed the cell with a traceback, only a ProblemError
+    # being one line
+    from types import SimpleNamespace
+
+    from radixflow.experiments import execute
+    from radixflow.plugins import import_plugins
+
+    monkeypatch.setenv(PLUGINS_ENV, "no_such_plugin")
+    monkeypatch.setattr(execute, "run_cell", lambda cell, variants: import_plugins())
+    cell = SimpleNamespace(group="g", settings={"model": "qwen3_5-9b"}, workload={"seed": 0})
+    try:
+        said = execute._run_one(execute.Pending("k1", cell), [])  # type: ignore[arg-type]
+    finally:
+        forget_plugins()
+    why = "RADIXFLOW_PLUGINS: cannot import 'no_such_plugin' (No module named 'no_such_plugin')"
+    assert said == f"cell 'g' (qwen3_5-9b, seed 0, key k1): {why}"
+
+
 class Placed:
     """A plugin placement answering ``answer(ctx)``."""
 

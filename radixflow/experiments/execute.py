@@ -18,7 +18,7 @@ from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
 from radixflow.jsonl import json_value
-from radixflow.plugins import code_digest
+from radixflow.plugins import PluginError, code_digest
 from radixflow.problems import ProblemError
 from radixflow.ray_start import LOCAL_RAY, unreachable, worker_env
 from radixflow.sigterm_kept import sigterm_kept
@@ -99,6 +99,8 @@ def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
     except ProblemError as e:  # the other cells run on, and are cached: a re-run runs only it
         # a setting by its key path, as the checks name it
         return f"{_where(p)}: {e.problem.render(p.cell.loc)}"
+    except PluginError as e:  # a module a worker cannot import (not on that node's path): the user's
+        return f"{_where(p)}: {e}"
     except Exception as e:  # a crash (a bug, a GPU out of memory): its traceback names the cell
         e.add_note(f"in {_where(p)}")
         raise

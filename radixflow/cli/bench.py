@@ -86,8 +86,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         _cut_short(args, setup, report, e, lambda: _show(report.runs, title, config, console, load))
         raise
     load = load_between(load_start, load_now())
-    config = _config(args, plan, setup, names)
-    report = BenchReport(workload, config, runs, load=load)
+    report = BenchReport(workload, _config(args, plan, setup, names), runs, load=load)
+    return _publish(args, setup, report, title, console)
+
+
+def _publish(
+    args: argparse.Namespace, setup: EngineSetup, report: BenchReport, title: str, console: Console
+) -> int:
+    """Show the finished run's table and write its files and trace (each kept where another
+    fails or a Ctrl-C lands): the command's exit code."""
+    runs, config, load = report.runs, report.config, report.load
     try:
         _show(runs, title, config, console, load)
         write_outputs(args, report)

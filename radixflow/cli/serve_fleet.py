@@ -86,16 +86,20 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
         raise UsageError(f"--replicas {spec.replicas}: {e}") from None
     except SystemExit as e:
-        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above,
-        # or `hangup_exits`'; past the drain and that teardown the command ends as one server's
-        # SIGTERM or SIGHUP does: 143 or 129
-        sig = signal.SIGHUP if isinstance(e, HungUp) else e.code
-        if sig not in TAKEN:
-            raise
-        with contextlib.suppress(OSError):  # stderr gone with the terminal: the code still says it
-            print(f"radixflow: {TAKEN[signal.Signals(sig)]}", file=sys.stderr, flush=True)
-        return 128 + sig
+        return _signal_exit(e)
     return 0
+
+
+def _signal_exit(e: SystemExit) -> int:
+    """ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the fleet's teardown,
+    or `hangup_exits`'; past the drain and that teardown the command ends as one server's SIGTERM
+    or SIGHUP does: 143 or 129. Any other exit goes on."""
+    sig = signal.SIGHUP if isinstance(e, HungUp) else e.code
+    if sig not in TAKEN:
+        raise e
+    with contextlib.suppress(OSError):  # stderr gone with the terminal: the code still says it
+        print(f"radixflow: {TAKEN[signal.Signals(sig)]}", file=sys.stderr, flush=True)
+    return 128 + sig
 
 
 class HungUp(SystemExit):

@@ -93,6 +93,27 @@ class SamplingParams(TokenSamplingParams):
             kind = number_problem("truncate_prompt_tokens", self.truncate_prompt_tokens, True)
         if kind is not None:
             return kind
+        texts = self._text_fields_problem()
+        if texts is not None:
+            return texts
+        k = self.truncate_prompt_tokens
+        if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
+            return Problem(
+                "truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {shown(k)}"
+            )
+        if self.guided_choice and self.allowed_token_ids is not None:
+            return Problem("allowed_token_ids", "cannot be combined with guided_choice", GUIDED)
+        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                return Problem(name, f"must be true or false, got {shown(getattr(self, name))}")
+        n = self.n
+        if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
+            return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {shown(n)}")
+        return None
+
+    def _text_fields_problem(self) -> Problem | None:
+        """What is wrong with the text fields: stop strings, guided choices and bad words (their
+        shapes, then their sizes in all)."""
         if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
             return Problem("stop", f"{STOP_SHAPE}, got {shown(self.stop)}")
         if any(s == "" for s in self.stop):
@@ -112,19 +133,6 @@ class SamplingParams(TokenSamplingParams):
             chars = sum(len(t) for t in texts)
             if chars > limit:
                 return Problem(name, f"at most {limit} characters of {what} in all, got {chars}")
-        k = self.truncate_prompt_tokens
-        if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
-            return Problem(
-                "truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {shown(k)}"
-            )
-        if self.guided_choice and self.allowed_token_ids is not None:
-            return Problem("allowed_token_ids", "cannot be combined with guided_choice", GUIDED)
-        for name in ("include_stop_str_in_output", "skip_special_tokens"):
-            if not isinstance(getattr(self, name), bool):
-                return Problem(name, f"must be true or false, got {shown(getattr(self, name))}")
-        n = self.n
-        if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
-            return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {shown(n)}")
         return None
 
     def context_problem(self, context: int) -> Problem | None:

@@ -34,6 +34,11 @@ class PrefixHashes:
         self._next_id = 1
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[type[PrefixHashes], tuple[int, int]]:
+        # a copy (a deep-copied runner: the twin's replays) or a pickle starts empty: the states
+        # are a cache (hashlib's cannot be copied across, nor the lock), the tokens are the same
+        return PrefixHashes, (self.block, self.capacity)
+
     def token(self, namespace: str, tokens: Sequence[int], vocab_size: int) -> int:
         """`sim_token` (``sim.py``) of ``namespace`` and ``tokens``."""
         return int.from_bytes(self.digest(namespace, tokens)[:8], "little") % vocab_size

@@ -61,3 +61,16 @@ def test_each_runner_keeps_its_own_states_and_decodes_sim_tokens():
         expected.append(sim_token("default", prompt + tuple(expected), used.model.vocab_size))
     assert list(req.output) == expected
     assert len(used.hashes) == 3 and len(idle.hashes) == 0  # the namespace's state and two blocks
+
+
+def test_a_copy_or_a_pickle_starts_empty_and_hashes_alike():
+    # a deep-copied runner (the twin's replays) could not copy the lock or hashlib's states
+    import copy
+    import pickle
+
+    hashes = PrefixHashes(block=4, capacity=64)
+    seq = tuple(range(3, 20))
+    hashes.digest("default", seq)
+    for other in (copy.deepcopy(hashes), copy.copy(hashes), pickle.loads(pickle.dumps(hashes))):
+        assert (len(other), other.block, other.capacity) == (0, 4, 64)
+        assert other.token("default", seq, VOCAB) == sim_token("default", seq, VOCAB)

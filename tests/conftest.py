@@ -31,6 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
     failed in such a run (the product is right to leave an ignored SIGINT ignored)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # a hangup as a terminal gives it: a run under `nohup` starts with SIGHUP ignored, which the
+    # processes the tests start inherit, and every test of what a hangup does timed out or failed
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 try:

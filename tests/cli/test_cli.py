@@ -557,6 +557,9 @@ def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsy
         return run
 
     class Parser:
+        def __init__(self, only=None):  # build_parser's: the command argv names
+            pass
+
         def parse_args(self, argv):
             return argparse.Namespace(command=argv[0])
 

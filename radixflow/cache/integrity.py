@@ -42,7 +42,7 @@ class _Walk:
     blocks: list[int] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     nodes: int = 0
-    ends: int = 0
+    ends: dict[int, int] = field(default_factory=dict)  # node id -> registered prompts ending there
 
 
 def check_cache(cache: RadixCache) -> None:
@@ -57,8 +57,7 @@ def check_cache(cache: RadixCache) -> None:
     # the walk meets only indexed nodes (`_check_subtree`): as many as the index holds, the same
     extra = len(cache.tree.nodes()) - walk.nodes
     _require(extra == 0, f"{extra} indexed nodes not in the tree")
-    ends = cache.registered_prompts
-    _require(walk.ends == ends, f"{walk.ends} registered prompts end in the tree, {ends} registered")
+    _check_registrations(walk.ends, {h.node_id: n for h, n in cache.registrations.items()})
     tree_blocks, slots = walk.blocks, walk.slots
     private, working = cache.private_blocks, cache.working_slots
     _require(len(tree_blocks) == len(set(tree_blocks)), "a KV block is owned by two nodes")
@@ -125,10 +124,18 @@ def _check_queues(cache: RadixCache) -> None:
                 _require(node.id in stored, f"node {node.id}: queued without a heap entry")
 
 
+def _check_registrations(in_tree: dict[int, int], registered: dict[int, int]) -> None:
+    """The prompts ending on each node (its ``ends``) are those registered there."""
+    for nid in sorted(in_tree.keys() | registered.keys()):
+        ends, count = in_tree.get(nid, 0), registered.get(nid, 0)
+        _require(ends == count, f"node {nid}: {ends} registered prompts end in the tree, {count} registered")
+
+
 def _check_subtree(cache: RadixCache, journals: _Journals, node: Node, walk: _Walk) -> None:
     bs = cache.block_size
     walk.nodes += 1
-    walk.ends += node.ends
+    if node.ends:
+        walk.ends[node.id] = node.ends
     # with demand = ends + the children's, a negative count still adds up: checked on its own
     _require(node.ends >= 0, f"node {node.id}: {node.ends} registered prompts end here")
     live = sum(c.materialized for c in node.children.values())  # a root's count is kept too

@@ -6,7 +6,9 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence, Set
+from types import MappingProxyType
 
 from radixflow.cache import capacity, demand, lookup
 from radixflow.cache.digest import CheckpointDigest
@@ -55,7 +57,7 @@ class RadixCache:
         self.holdings = Holdings(self.tree, self.evictor)
         self.publisher = Publisher(self.tree, self.journal, self.evictor, self.holdings)
         self._tick = 0  # the LRU clock: a match that touches and each extend advance it
-        self._registered = 0  # prompts registered and not unregistered: the tree's ``ends``, summed
+        self._registered: Counter[NodeHandle] = Counter()  # by the node each ends on: its ``ends``
 
     # ----------------------------------------------------------------- demand (`radixflow.cache.demand`)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
@@ -64,14 +66,16 @@ class RadixCache:
         Used to find branch points before prefill; costs no capacity.
         """
         handle = demand.register(self.tree, namespace, tokens)
-        self._registered += 1
+        self._registered[handle] += 1
         return handle
 
     def unregister(self, handle: NodeHandle) -> None:
         """Undo `register`; prunes nodes that are neither materialized nor wanted. ValueError for a
         handle no registered prompt ends on (unregistered already), changing nothing."""
         demand.unregister(self.tree, self.evictor, handle)
-        self._registered -= 1
+        left = self._registered.pop(handle, 0) - 1
+        if left:  # negative only for a count already out of step with the tree: check_integrity says
+            self._registered[handle] = left
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
         """Positions in ``(lo, hi]`` on a registered path where known sequences diverge. Pure."""
@@ -122,11 +126,9 @@ class RadixCache:
         self.holdings.lock(handle)
 
     def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
-        """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
-
-        Only the nodes between the two change: a chunk's lock moves down its own path. ValueError,
-        changing nothing, for an unlocked ``old``, or a ``new`` not at or below it or without KV.
-        """
+        """Move a lock from ``old`` to ``new``, a node at or below it (lock new, unlock old): only the
+        nodes between change, as a chunk's lock moves down its own path. ValueError, changing
+        nothing, for an unlocked ``old``, or a ``new`` not at or below it or without KV."""
         self.holdings.relock(old, new)
 
     def unlock(self, handle: NodeHandle | None) -> None:
@@ -189,12 +191,10 @@ class RadixCache:
         self.publisher.commit(producer)
 
     def withdraw(self, producers: Iterable[str]) -> None:
-        """The producers' round failed: undo what their `extend` published this round.
-
-        Their PENDING checkpoints are dropped (slots freed) and the nodes whose KV they published
-        lose that KV (blocks freed; a node nobody wants any more is pruned). Unlock the producers'
-        paths first: ValueError, changing nothing, while a lock holds any of that KV.
-        """
+        """The producers' round failed: undo what their `extend` published this round. Their
+        PENDING checkpoints are dropped (slots freed) and the nodes whose KV they published lose
+        that KV (blocks freed; a node nobody wants any more is pruned). Unlock the producers' paths
+        first: ValueError, changing nothing, while a lock holds any of that KV."""
         self.publisher.withdraw(producers)
 
     # ----------------------------------------------------------------- capacity
@@ -281,9 +281,9 @@ class RadixCache:
         return self.holdings.working_slots
 
     @property
-    def registered_prompts(self) -> int:
-        """Prompts registered and not unregistered yet (whose they are, the scheduler knows). Pure."""
-        return self._registered
+    def registrations(self) -> Mapping[NodeHandle, int]:
+        """Handle -> prompts registered there, not unregistered yet (whose, the scheduler knows)."""
+        return MappingProxyType(self._registered)
 
     @property
     def lock_counts(self) -> Mapping[int, int]:

@@ -20,9 +20,7 @@ def check_holdings(cache: RadixCache, running: Iterable[Request], waiting: Itera
     or when the prompts registered (demand) are not those of the waiting and running requests.
     Pure."""
     running, waiting = list(running), list(waiting)
-    live = sum(r.registration is not None for r in (*running, *waiting))
-    extra = cache.registered_prompts - live
-    _require(extra == 0, f"{extra} registered prompt(s) of no live request (or lost, if negative)")
+    _check_registrations(cache, [*running, *waiting])
     for req in waiting:  # a request takes its holdings as it is admitted, gives them back as it leaves
         held = req.lock is not None or req.own_blocks or (req.working_slot, req.tail_slot) != (None, None)
         _require(not held, f"request {req.id}: waiting, yet holds a lock, blocks or a state slot")
@@ -34,6 +32,19 @@ def check_holdings(cache: RadixCache, running: Iterable[Request], waiting: Itera
 def _require(cond: bool, msg: str) -> None:
     if not cond:
         raise IntegrityError(msg)
+
+
+def _check_registrations(cache: RadixCache, live: list[Request]) -> None:
+    # per handle, not in all: a registration lost and another leaked would cancel out in a count
+    recorded = Counter(r.registration for r in live if r.registration is not None)
+    held = cache.registrations
+    for req in live:
+        handle = req.registration
+        if handle is not None:
+            _require(held.get(handle, 0) >= recorded[handle], f"request {req.id}: prompt not registered")
+    for handle, count in held.items():
+        extra = count - recorded[handle]
+        _require(extra <= 0, f"{extra} registered prompt(s) of no live request at {handle}")
 
 
 def _check_locks(cache: RadixCache, running: list[Request]) -> None:

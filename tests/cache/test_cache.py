@@ -454,9 +454,19 @@ def test_the_prompts_registered_are_counted_and_checked_against_the_tree():
     ra = cache.register("n", A)
     cache.register("n", B)
     cache.unregister(ra)
-    assert cache.registered_prompts == 1
+    assert sum(cache.registrations.values()) == 1
     cache.check_integrity()
-    cache.register("n", A)
-    cache._registered -= 1  # a count out of step with the tree's ``ends``
-    with pytest.raises(IntegrityError, match="1 registered"):
+    ra = cache.register("n", A)
+    cache._registered[ra] -= 1  # a count out of step with the tree's ``ends``
+    with pytest.raises(IntegrityError, match="1 registered prompts end in the tree, 0 registered"):
+        cache.check_integrity()
+
+
+def test_prompts_registered_on_other_nodes_than_the_tree_says_fail_the_check():
+    # the same number registered in all, on the wrong nodes: a per-node count tells
+    cache = RadixCache(BS, 64, 8)
+    ra, rb = cache.register("n", A), cache.register("n", B)
+    cache._registered[ra] += 1
+    cache._registered[rb] -= 1
+    with pytest.raises(IntegrityError, match="registered"):
         cache.check_integrity()

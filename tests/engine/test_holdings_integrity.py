@@ -68,3 +68,16 @@ def test_a_working_slot_a_running_request_records_but_the_cache_lost_fails_the_c
     engine.cache.free_working_slot(engine.scheduler.running["r1"].working_slot)
     with pytest.raises(IntegrityError, match="r1"):
         engine.check_integrity()
+
+
+def test_a_lost_registration_and_a_leaked_one_do_not_cancel_out():
+    # as many prompts registered as live requests, yet one of them is not registered
+    engine = new_engine(RUNNER, CFG)
+    r0, r1 = (Request(f"r{i}", tuple(range(1 + i, 41 + i))) for i in range(2))
+    for req in (r0, r1):
+        engine.scheduler.add(req)
+    engine.check_integrity()
+    engine.cache.unregister(r0.registration)  # lost: r0 still records it
+    engine.cache.register(r1.namespace, r1.prompt)  # leaked: registered for no request
+    with pytest.raises(IntegrityError, match="r0"):
+        engine.check_integrity()

@@ -21,7 +21,7 @@ import httpx
 from fastapi import FastAPI
 
 from radixflow.jsonl import TOO_DEEP, json_object, numbered_lines
-from radixflow.problems import counted
+from radixflow.problems import counted, shown
 from radixflow.server.errors import error_body
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
@@ -133,21 +133,14 @@ def _line(n: int, raw: str) -> BatchLine:
     if not isinstance(custom_id, str) or not custom_id:
         raise BatchInputError(f"line {n}: custom_id: a non-empty string is expected")
     if method != "POST":
-        raise BatchInputError(f"line {n}: method: only POST is supported, got {_shown(method)}")
+        raise BatchInputError(f"line {n}: method: only POST is supported, got {shown(method)}")
     if url not in URLS:
-        raise BatchInputError(f"line {n}: url: one of {', '.join(URLS)} is expected, got {_shown(url)}")
+        raise BatchInputError(f"line {n}: url: one of {', '.join(URLS)} is expected, got {shown(url)}")
     if not isinstance(body, dict):
         raise BatchInputError(f"line {n}: body: a JSON object is expected")
     if body.get("stream") is True:  # any other value is the route's to refuse, as serve does
         raise BatchInputError(f"line {n}: body: stream is not supported in a batch (each answer is one line)")
     return BatchLine(n, custom_id, url, body)
-
-
-def _shown(value: object) -> str:
-    """``value`` as a message says it back, cut to 40 characters: a body pasted where the url
-    goes was echoed whole, megabytes in one line."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + "…"
 
 
 @dataclass

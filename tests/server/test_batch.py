@@ -921,4 +921,4 @@ def test_a_bad_method_or_url_is_said_back_cut_short(row, said):
 
     with pytest.raises(BatchInputError, match=said) as caught:
         read_batch(json.dumps({"custom_id": "a", **row, "body": {}}) + "\n")
-    assert len(str(caught.value)) < 200 and str(caught.value).endswith("…")
+    assert len(str(caught.value)) < 200 and str(caught.value).endswith("...")

@@ -246,7 +246,9 @@ def _print_scores(
     args: argparse.Namespace, console: Console, candidates: list[str], scores: list[CandidateScore]
 ) -> None:
     if args.json:
-        write_stdout(json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2) + "\n")
+        write_stdout(
+            json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2, allow_nan=False) + "\n"
+        )
         return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by or ORDERS[0]), reverse=True)

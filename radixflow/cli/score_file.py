@@ -23,6 +23,7 @@ from radixflow.cli.command import UsageError
 from radixflow.cli.lines_out import read_input
 from radixflow.jsonl import json_object, numbered_lines
 from radixflow.problems import counted
+from radixflow.server.responses.logprobs import finite_logprob
 
 if TYPE_CHECKING:
     from radixflow.generation.scoring import CandidateScore
@@ -112,8 +113,12 @@ def error_row(job: ScoreJob, message: str) -> dict[str, Any]:
 
 
 def score_row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
-    """One candidate's figures as JSON-ready data (`--json` and `--input` write the same)."""
-    return {"candidate": candidate, **asdict(s), "total": s.total, "mean": s.mean, "greedy": s.greedy}
+    """One candidate's figures as JSON-ready data (`--json` and `--input` write the same); a
+    logprob JSON cannot hold (-inf, NaN) is the stand-in /v1/score answers, -9999 (Python's
+    -Infinity and NaN are no JSON: a strict reader refused the whole line)."""
+    logprobs = [finite_logprob(lp) for lp in s.logprobs]
+    figures = {"total": finite_logprob(s.total), "mean": finite_logprob(s.mean), "greedy": s.greedy}
+    return {"candidate": candidate, **asdict(s), "logprobs": logprobs, **figures}
 
 
 def chunks(jobs: list[ScoreJob], size: int | None = None) -> Iterator[list[ScoreJob]]:

@@ -1,0 +1,52 @@
+"""`radixflow score`'s doors beside the API: what `--json` and `--input` write, what each flag
+refuses before the model loads, and how its refusals read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixflow.generation import LLM
+from radixflow.generation.scoring import CandidateScore
+
+MODEL = "qwen3_5-tiny"
+
+
+def _no_load(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the model was loaded")
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("nan")])
+def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(
+    zoo, monkeypatch, capsys, tmp_path, bad
+):
+    # --json and --input wrote -Infinity and NaN, which no strict JSON reader takes; /v1/score
+    # answers -9999 for the same score
+    from radixflow.cli import main
+    from radixflow.server.responses.logprobs import NEG_INF_LOGPROB
+    from radixflow.server.score import entry
+
+    score = CandidateScore(0, (5, 6), (-0.5, bad), (1, 7), cached_tokens=0, prompt_tokens=3)
+    monkeypatch.setattr(LLM, "score", lambda self, context, candidates, progress=None: [score])
+
+    def score_many(self, contexts, candidates, progress=None, on_context=None):
+        on_context(0, [score])
+        return [[score]]
+
+    monkeypatch.setattr(LLM, "score_many", score_many)
+    assert main(["score", MODEL, "--context", "a", "--candidate", " b", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out, parse_constant=_refused)
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"context": "a", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given)]) == 0
+    (row,) = json.loads(capsys.readouterr().out, parse_constant=_refused)["scores"]
+    served = entry(score)
+    for written in (printed, row):
+        assert written["logprobs"] == [-0.5, NEG_INF_LOGPROB] == served["token_logprobs"]
+        assert written["total"] == NEG_INF_LOGPROB == served["total_logprob"]
+        assert written["mean"] == NEG_INF_LOGPROB == served["mean_logprob"]
+
+
+def _refused(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from radixflow.generation.call_builder import CallBuilder
 from radixflow.generation.calls import (
     Call,
     Progress,
+    PromptError,
     answer,
     outputs,
     outputs_to,
@@ -22,7 +24,14 @@ from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import Messages, Prompt
 from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
-from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
+from radixflow.generation.scoring import (
+    SCORING,
+    CandidateScore,
+    ScoringJob,
+    candidate_scores,
+    refused_candidate,
+    scoring_job,
+)
 from radixflow.options import EngineOptions
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
 from radixflow.problems import Problem, ProblemError
@@ -145,7 +154,9 @@ class LLM(ModelHolder):
         Raises ValueError for a context or candidate of another type, an empty one, or one that
         cannot run."""
         ctx, prompts = self._scoring_job(context, candidates)
-        outputs = self._generate(prompts, SCORING, namespace, progress, "candidate")
+        labels = [f"candidate {i}" for i in range(len(prompts))]
+        with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
+            outputs = self._generate(prompts, SCORING, namespace, progress, labels)
         return candidate_scores(len(ctx), outputs)
 
     def score_many(
@@ -168,7 +179,8 @@ class LLM(ModelHolder):
         check_score_many(contexts, candidates, on_context)
         jobs, prompts, labels = context_jobs(self._scoring_job, contexts, candidates)
         heard = None if on_context is None else ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
-        outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
+        with self._candidates_named(labels, [len(c) for c, job in jobs for _ in job], prompts):
+            outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
         if heard is not None:
             heard.without_candidates()
         return scores_by_context(jobs, outputs)
@@ -181,11 +193,29 @@ class LLM(ModelHolder):
         or None when they can run. Nothing runs: a caller with many contexts sets the refused
         ones aside before its batch."""
         try:
-            _, prompts = self._scoring_job(context, candidates)
-            refuse(self.engine, *self._calls(prompts, SCORING, namespace, "candidate"))
+            ctx, prompts = self._scoring_job(context, candidates)
+            labels = [f"candidate {i}" for i in range(len(prompts))]
+            with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
+                refuse(self.engine, *self._calls(prompts, SCORING, namespace, labels))
         except ValueError as e:
             return str(e)
         return None
+
+    @contextmanager
+    def _candidates_named(
+        self, labels: list[str], context_lens: list[int], prompts: list[list[int]]
+    ) -> Iterator[None]:
+        """Inside, a candidate's prompt the engine refuses (a `PromptError`, "candidate 0: prompt:
+        ...") is raised as `refused_candidate` says it, of the candidate in one sentence."""
+        try:
+            yield
+        except PromptError:
+            said = refused_candidate(
+                list(zip(labels, context_lens, prompts, strict=True)), self.engine.problem
+            )
+            if said is None:  # not a candidate's prompt (no such refusal): as it was raised
+                raise
+            raise said from None
 
     def _scoring_job(self, context: Prompt | Messages, candidates: Sequence[Prompt]) -> ScoringJob:
         """`scoring_job` against this LLM's engine (asked only once the input is read)."""

@@ -86,6 +86,31 @@ def context_problem(context: Sequence[int], problem: Callable[[Request], Problem
     return None if found is None else Problem("context", found.message)
 
 
+def refused_candidate(
+    prompts: Sequence[tuple[str, int, Sequence[int]]], problem: Callable[[Request], Problem | None]
+) -> ScoringInputError | None:
+    """The first of ``prompts`` (each candidate's label, its context's length and its prompt: the
+    context's tokens, then the candidate's) that ``problem`` (the engine's check) refuses, said of
+    the candidate in one sentence (it was "candidate 0: prompt: token id ...", the engine's name for
+    what no caller gave): a problem of the candidate's own tokens as theirs ("candidate 0: token id
+    9 is outside ..."), one of the whole prompt only (too long, past the KV cache) as the context's
+    and candidate's ("candidate 0: context + candidate has 9000 tokens; ..."). None when all can
+    run. Asked once a refusal is found: it costs a pass over every prompt."""
+    for label, context_len, prompt in prompts:
+        found = problem(Request("candidate", tuple(prompt), sampling=SCORING))
+        if found is None:
+            continue
+        alone = problem(Request("candidate", tuple(prompt[context_len:]), sampling=SCORING))
+        if found.param != "prompt":  # SCORING's own fields refuse nothing; said whole if one did
+            message = found.render()
+        elif alone is not None and alone.param == "prompt":
+            message = alone.message
+        else:
+            message = f"context + candidate {found.message}"
+        return ScoringInputError(Problem("candidates", message), f"{label}: {message}")
+    return None
+
+
 # a context's tokens and one prompt per candidate (the context's tokens, then the candidate's)
 ScoringJob = tuple[list[int], list[list[int]]]
 

@@ -21,6 +21,7 @@ from radixflow.generation.scoring import (
     ScoringInputError,
     candidate_scores,
     context_problem,
+    refused_candidate,
     scoring_prompts,
 )
 from radixflow.generation.tokenizer import TextTooLong
@@ -61,7 +62,19 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     try:
         return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
     except ApiError as e:  # said of a prompt: a scoring body's prompts are its candidates
-        raise ApiError(e.status, e.message, "candidates", e.code) from None
+        raise ApiError(
+            e.status, _said(e.message, len(context), prompts, state), "candidates", e.code
+        ) from None
+
+
+def _said(message: str, context_len: int, prompts: list[list[int]], state: ServerState) -> str:
+    """``message``, or where it names a candidate's prompt ("candidate 0: prompt: ..."), what the
+    offline API says of it (`refused_candidate`: one sentence naming the candidate)."""
+    if not message.startswith("candidate "):  # not one prompt's (more candidates than the queue)
+        return message
+    labelled = [(f"candidate {i}", context_len, p) for i, p in enumerate(prompts)]
+    said = refused_candidate(labelled, state.problem)
+    return message if said is None else str(said)
 
 
 def context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
@@ -90,7 +103,7 @@ def candidate_ids(index: int, candidate: str | list[int], state: ServerState) ->
     try:
         return state.tokenizer.encode(candidate, add_special_tokens=False)
     except TextTooLong as e:
-        raise ApiError(400, e.problem.of_item(f"candidate {index}"), "candidates") from None
+        raise ApiError(400, f"candidate {index}: {e.problem.message}", "candidates") from None
 
 
 def entry(score: CandidateScore) -> dict[str, Any]:

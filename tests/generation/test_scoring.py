@@ -90,7 +90,7 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
         (ctx, [b" a"], f"{shapes} (candidate 0 is neither)"),  # bytes were scored as token ids
         (b"a context", [" a"], "context must be a string, a list of token ids or a list of messages"),
         (ctx, {" a": 1.0, " b": 2.0}, f"{shapes}, got a dict"),  # was scored as its keys
-        (ctx, [[5], [10**6]], "candidate 1: prompt: token id 1000000 is outside the vocabulary"),
+        (ctx, [[5], [10**6]], "candidate 1: token id 1000000 is outside the vocabulary"),
         ([*ctx, 10**6], [" a"], "context: token id 1000000 is outside the vocabulary"),  # not candidate 0's
         ([*ctx, -1], [" a"], "context: token id -1 is outside the vocabulary"),
         (5, [" a"], "context must be a string, a list of token ids or a list of messages"),
@@ -229,7 +229,7 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one
         ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
         ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: token id 1000000 is outside"),
-        ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
+        ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: token id 1000000 is outside"),
         # each was scored as the dict's keys, or a bare TypeError ("object of type 'generator' has no len()")
         ({"a context": [" x"]}, [[" x"]], "contexts: a list of contexts, got a dict"),
         ((c for c in ["a"]), [[" x"]], "contexts: a list of contexts, got a generator"),
@@ -361,7 +361,7 @@ def test_a_line_the_model_refuses_is_an_error_line_and_the_others_are_scored(
     assert [(r["id"], r["line"]) for r in rows] == ids
     assert rows[1]["error"] == {"line": 2, "message": llm.scoring_problem("a", [" b", ""])}
     assert rows[1]["error"]["message"].startswith("candidate 1: ") and "scores" not in rows[1]
-    assert rows[2]["error"]["message"].startswith("candidate 0: prompt: token id 100000 is outside")
+    assert rows[2]["error"]["message"].startswith("candidate 0: token id 100000 is outside")
     assert rows[4]["error"]["line"] == 5 and rows[4]["error"]["message"]
     want = llm.score_many(["a", "c"], [[" b"], [" d", " e"]])
     for row, scores in zip([rows[0], rows[3]], want, strict=True):

@@ -346,14 +346,20 @@ def test_a_failed_score_names_the_candidate_not_a_prompt(served):
         ({"context": None, "messages": []}, "messages", "messages must not be empty"),
         ({"candidates": []}, "candidates", "candidates: none given"),
         ({"candidates": ["a", ""]}, "candidates", "candidate 1: is empty"),
-        ({"candidates": [[3, 600]]}, "candidates", "candidate 0: prompt: token id 600 is outside the"),
+        ({"candidates": [[3, 600]]}, "candidates", "candidate 0: token id 600 is outside the"),
         ({"context": [3, 600], "candidates": [[3]]}, "context", "context: token id 600 is outside the"),
         ({"candidates": [" a"] * 65}, "candidates", "65 candidates in one request; the server queues 64"),
         ({"context": LONG_TEXT}, "context", "context: has at least"),  # refused before it is tokenized
         # a conversation is named as sent, as /v1/chat/completions names it (it said "context")
         ({"context": None, "messages": [user(LONG_TEXT)]}, "messages", "messages: has at least"),
         ({"context": None, "messages": [user("a " * 9000)]}, "messages", "messages: has"),
-        ({"candidates": [" a", LONG_TEXT]}, "candidates", "candidate 1: prompt: has at least"),
+        ({"candidates": [" a", LONG_TEXT]}, "candidates", "candidate 1: has at least"),
+        # the candidate's prompt (the context's tokens, then its own) too long: said in one sentence
+        (
+            {"context": [3] * 8000, "candidates": [[3], [3] * 300]},
+            "candidates",
+            "candidate 1: context + candidate has 8300 tokens; the model context is 8192",
+        ),
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
         # the value sent, not the item pydantic first tripped on (it said "got 1", "got [1]")

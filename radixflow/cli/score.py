@@ -31,10 +31,9 @@ from radixflow.cli.command import UsageError, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
-from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
+from radixflow.cli.score_file import ScoreJob, left_to_run, run_jobs, score_row
+from radixflow.cli.score_inputs import score_inputs
 from radixflow.cli.serve_setup import refuse_setup
-from radixflow.generation.scoring import EMPTY_CONTEXT
-from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
@@ -91,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow score")
-    jobs, candidates = _inputs(args)
+    jobs, candidates = score_inputs(args)
     options = from_args(args)
     outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
     output = output_path(args.output)
@@ -152,34 +151,6 @@ def _score(
     _print_scores(args, console, candidates, scores)
     write_trace(llm.model.setup)
     return 0
-
-
-def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]:
-    """The input file's jobs (None without ``--input``) and the candidates of the flags."""
-    if args.input is not None:
-        flags = {"--context": args.context, "--chat": args.chat, "--candidate": args.candidate}
-        given = [flag for flag, value in flags.items() if value not in (None, False, [])]
-        given += ["--candidates-file"] * (args.candidates_file is not None)
-        if given:  # a flag given is named, even one whose value is empty
-            raise UsageError(f"--input: the file gives contexts and candidates; drop {given[0]}")
-        if args.rank_by is not None:
-            raise UsageError("--input: each line's scores come in its candidates' order; drop --rank-by")
-        return read_jobs(args.input), []
-    if args.output is not None:
-        raise UsageError("--output: only with --input (the ranking of --context is printed)")
-    if args.json and args.rank_by is not None:
-        raise UsageError("--json: the scores come in the candidates' order; drop --rank-by")
-    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
-    if args.context is None:
-        raise UsageError("no context: give --context TEXT, or --input PATH with many")
-    if args.context == "" and not args.chat:  # no tokens: refused by its flag, before the model loads
-        raise UsageError(f"--context: {EMPTY_CONTEXT}")
-    if not candidates:
-        raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
-    empty = next((i for i, c in enumerate(args.candidate) if not c), None)
-    if empty is not None:  # by its flag, before the model loads (as an empty --context)
-        raise UsageError(f"--candidate: candidate {empty} is empty")
-    return None, candidates
 
 
 def _require_template(args: argparse.Namespace, llm: LLM) -> None:
@@ -258,27 +229,3 @@ def _print_scores(
         figures = (len(s.token_ids), f"{s.total:.4f}", f"{s.mean:.4f}", greedy, s.cached_tokens)
         table.add_row(str(rank), text, *map(str, figures))
     console.print(table)
-
-
-def _read_candidates(path: Path | None) -> list[str]:
-    if path is None:
-        return []
-    try:
-        # as bytes: a lone carriage return inside a line stays (text mode would end the line there);
-        # a byte-order mark is not the first candidate's
-        text = read_text(path)
-    except OSError as e:
-        raise UsageError(f"--candidates-file: cannot read {path}: {e.strerror or e}") from None
-    except ValueError as e:  # a byte that is not UTF-8, named by its line
-        raise UsageError(f"--candidates-file {path}: {e}") from None
-    # at newlines only (a CRLF's carriage return dropped): `str.splitlines` would also end a line
-    # at a form feed, U+2028 and the like, cutting a candidate that holds one in two
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines[-1] == "":  # the newline that ends the last line starts no candidate
-        lines.pop()
-    if not lines:  # else taken for no --candidates-file given at all
-        raise UsageError(f"--candidates-file: {path} holds no candidates")
-    empty = next((n for n, line in enumerate(lines, 1) if not line), None)
-    if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
-        raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")
-    return lines

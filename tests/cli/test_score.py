@@ -50,3 +50,31 @@ def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(
 
 def _refused(constant: str) -> None:
     raise AssertionError(f"{constant} is not JSON")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--context", "a\udcff", "--candidate", " b"],
+            "--context: not UTF-8 text (byte 0xff at character 2)",
+        ),
+        (
+            ["--context", "a", "--candidate", " b", "--candidate", " c\udce9"],
+            "--candidate: candidate 1 is not UTF-8 text (byte 0xe9 at character 3)",
+        ),
+        (
+            ["--context", "\ud800", "--candidate", " b"],
+            "--context: not UTF-8 text (a lone surrogate at character 1)",
+        ),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_by_its_flag_before_the_model_loads(monkeypatch, capsys, argv, said):
+    # a byte of the command line that is not UTF-8 (Python holds it as a lone surrogate) was
+    # refused as "context: text contains a lone UTF-16 surrogate" once the model had loaded
+    from radixflow.cli import main
+
+    monkeypatch.setattr(LLM, "from_options", _no_load)
+    assert main(["score", MODEL, *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"radixflow: error: {said}\n"

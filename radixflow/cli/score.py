@@ -34,6 +34,7 @@ from radixflow.cli.lines_out import check_partial, claimed, output_path, write_l
 from radixflow.cli.score_file import ScoreJob, left_to_run, run_jobs, score_row
 from radixflow.cli.score_inputs import score_inputs
 from radixflow.cli.serve_setup import refuse_setup
+from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
@@ -128,6 +129,7 @@ def _score(
         if jobs is None:  # --context and --candidate; an --input file may hold token ids
             require_tokenizer(llm, "--context and --candidate are text, which need", TOKEN_IDS_BY_FILE)
             _require_template(args, llm)
+            _require_context(args, llm)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
             bar = RequestBar(progress, "scoring")
@@ -158,6 +160,14 @@ def _require_template(args: argparse.Namespace, llm: LLM) -> None:
     says to give the context as text, which is what the command line gave beside the flag."""
     if args.chat and not llm.tokenizer.chat.available:
         raise UsageError("--chat: this model has no chat template (drop --chat to score the context as text)")
+
+
+def _require_context(args: argparse.Namespace, llm: LLM) -> None:
+    """`UsageError` naming ``--context`` for an empty one that the tokenizer adds no token to: a
+    tokenizer that starts each text with a BOS token scores the candidates after it alone (their
+    unconditional likelihood), as `LLM.score` and /v1/score do, so only the model can say."""
+    if args.context == "" and not args.chat and not llm.tokenizer.encode(""):
+        raise UsageError(f"--context: {EMPTY_CONTEXT}")
 
 
 def _failed(kept: KeptRows | None) -> int:

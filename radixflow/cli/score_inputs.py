@@ -9,7 +9,6 @@ from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.cli.score_file import ScoreJob, read_jobs
-from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.jsonl import read_text
 
 
@@ -32,8 +31,6 @@ def score_inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[
     if args.context is None:
         raise UsageError("no context: give --context TEXT, or --input PATH with many")
     _check_utf8(args.context, args.candidate)
-    if args.context == "" and not args.chat:  # no tokens: refused by its flag, before the model loads
-        raise UsageError(f"--context: {EMPTY_CONTEXT}")
     if not candidates:
         raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
     empty = next((i for i, c in enumerate(args.candidate) if not c), None)

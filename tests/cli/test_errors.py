@@ -1346,17 +1346,6 @@ def test_a_bad_stop_token_id_is_one_line_naming_the_flag(monkeypatch, capsys):
     assert err == "radixflow: error: --stop-token-ids: must be an integer, got 'x'"
 
 
-def test_an_empty_context_is_refused_by_its_flag_before_the_model_loads(monkeypatch, capsys):
-    # it was "context: is empty ...", once the model had loaded, where `generate --prompt ''`
-    # says "--prompt: is empty": the flag typed, as every other input of a command is named
-    from radixflow.generation import LLM
-    from radixflow.generation.scoring import EMPTY_CONTEXT
-
-    monkeypatch.setattr(LLM, "from_options", _refuse_model_load)
-    err = one_line_error(capsys, ["score", "qwen3_5-tiny", "--context", "", "--candidate", "a"])
-    assert err == f"radixflow: error: --context: {EMPTY_CONTEXT}"
-
-
 @pytest.mark.parametrize("command", ["serve", "run-batch"])
 def test_a_drain_timeout_too_long_for_a_thread_wait_is_refused_naming_the_flag(
     monkeypatch, capsys, tmp_path, command

@@ -4,6 +4,8 @@ refuses before the model loads, and how its refusals read."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,40 @@ def test_text_that_is_not_utf8_is_refused_by_its_flag_before_the_model_loads(mon
     assert main(["score", MODEL, *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"radixflow: error: {said}\n"
+
+
+def _with_bos(tmp_path: Path) -> Path:
+    """A copy of MODEL whose tokenizer starts every text with a BOS token (<|endoftext|>, id 0),
+    as Llama's and Gemma's do."""
+    from radixflow.models.zoo import ensure_model
+
+    model = tmp_path / "with-bos"
+    shutil.copytree(ensure_model(MODEL), model)
+    bos = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}},
+    }
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return model
+
+
+def test_an_empty_context_is_the_bos_token_where_the_tokenizer_adds_one(zoo, capsys, tmp_path):
+    # `--context ""` was refused before the model loaded, where LLM.score("") and /v1/score score
+    # each candidate after the BOS token alone (its unconditional likelihood); a model whose
+    # tokenizer adds nothing is refused by the flag, once its tokenizer is known
+    from radixflow.cli import main
+    from radixflow.generation.scoring import EMPTY_CONTEXT
+
+    model = _with_bos(tmp_path)
+    assert main(["score", str(model), "--context", "", "--candidate", " b", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    (want,) = LLM(str(model), kv_blocks=64, state_slots=8).score("", [" b"])
+    assert printed["prompt_tokens"] == 1 + len(printed["token_ids"]) == want.prompt_tokens
+    assert printed["total"] == pytest.approx(want.total, abs=1e-4)
+    assert main(["score", MODEL, "--context", "", "--candidate", " b"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"radixflow: error: --context: {EMPTY_CONTEXT}\n"

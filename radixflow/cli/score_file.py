@@ -1,7 +1,8 @@
 """`radixflow score --input FILE`: many contexts, each with its own candidates, from a JSONL file.
 
 One line per context: ``{"context": ..., "candidates": [...]}`` (a context is text, token ids or a
-list of chat messages; a candidate is text or token ids), plus an optional ``"id"`` echoed back.
+list of chat messages, which may come as ``"messages"`` instead, as /v1/score takes them; a
+candidate is text or token ids), plus an optional ``"id"`` echoed back.
 Every line's shape is checked before anything runs; contexts then run ``CONTEXTS_PER_CALL`` at a
 time through `LLM.score_many` (one batch each, the cache kept across them), and each context's
 line of results is written as soon as its candidates are scored (in the file's order: one that
@@ -62,19 +63,34 @@ def _job(n: int, line: str) -> ScoreJob:
         row = json_object(line, "context, candidates")
     except ValueError as e:
         raise ValueError(f"line {n}: {e}") from None
-    unknown = sorted(set(row) - {"id", "context", "candidates"})
+    unknown = sorted(set(row) - {"id", "context", "messages", "candidates"})
     if unknown:
-        raise ValueError(f"line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
-    if "context" not in row:
-        raise ValueError(f"line {n}: no context")
-    # a lone message or a number, alone in its call, would read to score_many as all the contexts
-    # at once (one conversation, one token-id list); the rest of a context's shape is its to check
-    if not isinstance(row["context"], str | list):
-        raise ValueError(f"line {n}: context: text, token ids or a list of messages is expected")
+        raise ValueError(f"line {n}: unknown field {unknown[0]!r} (known: id, context, messages, candidates)")
+    try:
+        context = _context(row)
+    except ValueError as e:
+        raise ValueError(f"line {n}: {e}") from None
     candidates = row.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise ValueError(f"line {n}: candidates: a non-empty list is expected")
-    return ScoreJob(n, row.get("id"), row["context"], candidates)
+    return ScoreJob(n, row.get("id"), context, candidates)
+
+
+def _context(row: dict[str, Any]) -> Any:
+    """A line's context: its ``context``, or its ``messages`` (a conversation, as /v1/score takes
+    it); ValueError for neither or both, or a value of another shape."""
+    if ("context" in row) == ("messages" in row):
+        raise ValueError("no context" if "context" not in row else "give exactly one of context and messages")
+    if "messages" in row:  # a list of token ids there would be scored as ids: refused by name
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages or not isinstance(messages[0], dict):
+            raise ValueError("messages: a non-empty list of messages is expected")
+        return messages
+    # a lone message or a number, alone in its call, would read to score_many as all the contexts
+    # at once (one conversation, one token-id list); the rest of a context's shape is its to check
+    if not isinstance(row["context"], str | list):
+        raise ValueError("context: text, token ids or a list of messages is expected")
+    return row["context"]
 
 
 def left_to_run(jobs: list[ScoreJob], rows: list[dict[str, Any]]) -> list[ScoreJob]:

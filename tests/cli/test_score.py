@@ -117,3 +117,49 @@ def test_an_empty_context_is_the_bos_token_where_the_tokenizer_adds_one(zoo, cap
     assert main(["score", MODEL, "--context", "", "--candidate", " b"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"radixflow: error: --context: {EMPTY_CONTEXT}\n"
+
+
+def test_an_input_line_may_give_a_conversation_as_messages_as_the_server_takes_it(zoo, capsys, tmp_path):
+    # /v1/score takes a conversation as "messages"; the file refused that field ("unknown field
+    # 'messages'"), taking a conversation only as its "context"
+    from radixflow.cli import main
+
+    messages = [{"role": "user", "content": "Pick one."}]
+    given = tmp_path / "in.jsonl"
+    given.write_text(
+        json.dumps({"id": "m", "messages": messages, "candidates": [" yes", [5, 6]]})
+        + "\n"
+        + json.dumps({"id": "c", "context": messages, "candidates": [" yes", [5, 6]]})
+        + "\n"
+    )
+    assert main(["score", MODEL, "--input", str(given)]) == 0
+    by_messages, by_context = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert by_messages["id"] == "m" and by_context["id"] == "c"
+    for mine, theirs in zip(by_messages["scores"], by_context["scores"], strict=True):
+        assert mine["token_ids"] == theirs["token_ids"] and mine["prompt_tokens"] == theirs["prompt_tokens"]
+        assert mine["total"] == pytest.approx(theirs["total"], abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            {"context": "a", "messages": [{"role": "user", "content": "a"}]},
+            "give exactly one of context and messages",
+        ),
+        ({"messages": [5, 6]}, "messages: a non-empty list of messages is expected"),
+        ({"messages": []}, "messages: a non-empty list of messages is expected"),
+        ({"messages": "a"}, "messages: a non-empty list of messages is expected"),
+    ],
+)
+def test_a_line_with_messages_of_another_shape_is_refused_before_the_model_loads(
+    monkeypatch, capsys, tmp_path, line, said
+):
+    from radixflow.cli import main
+
+    monkeypatch.setattr(LLM, "from_options", _no_load)
+    given = tmp_path / "in.jsonl"
+    given.write_text(json.dumps(line | {"candidates": [" b"]}) + "\n")
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"radixflow: error: --input {given}: line 1: {said}\n"

@@ -144,8 +144,9 @@ def _score(
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
         note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    except ValueError as e:  # the API names the context "context"; the command line gave --context
+        said = str(e)
+        raise UsageError(f"--{said}" if jobs is None and said.startswith("context: ") else said) from None
     except GenerationError as e:
         print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
         warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line

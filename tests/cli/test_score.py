@@ -163,3 +163,15 @@ def test_a_line_with_messages_of_another_shape_is_refused_before_the_model_loads
     assert main(["score", MODEL, "--input", str(given)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"radixflow: error: --input {given}: line 1: {said}\n"
+
+
+@pytest.mark.parametrize("chat", [[], ["--chat"]])
+def test_a_context_the_model_refuses_is_named_by_its_flag(zoo, capsys, chat):
+    # it was "context: has 2701 tokens; ...", the API's name, where every other refusal of the
+    # command names the flag typed ("--context: is empty")
+    from radixflow.cli import main
+
+    assert main(["score", MODEL, "--context", "word " * 9000, *chat, "--candidate", " a"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("radixflow: error: --context: has ") and err.count("\n") == 1
+    assert err.endswith(" tokens; the model context is 8192\n")

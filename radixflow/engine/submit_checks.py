@@ -4,6 +4,7 @@ arguments (a request id, a round history)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Container
 from dataclasses import MISSING, fields
@@ -52,12 +53,20 @@ def scheduler_state(request: Request) -> str | None:
     """The first scheduler-owned field of ``request`` (those from ``status`` on) not at its
     default, as ``name=value`` (None: a fresh request). One set by hand (a working_slot, an
     output) was taken as the engine's own. Pure."""
-    every = fields(Request)
-    for f in every[[f.name for f in every].index("status") :]:
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-        if getattr(request, f.name) != default:
-            return f"{f.name}={getattr(request, f.name)!r}"
+    for name, default in _scheduler_defaults():
+        if getattr(request, name) != default:
+            return f"{name}={getattr(request, name)!r}"
     return None
+
+
+@functools.cache
+def _scheduler_defaults() -> tuple[tuple[str, object], ...]:
+    """`Request`'s scheduler-owned fields and their defaults, read once: reading the dataclass's
+    fields per submit was most of what `refuse_submission` cost. The defaults made by a factory
+    (an empty list) are only compared with, never handed out."""
+    every = fields(Request)
+    owned = every[[f.name for f in every].index("status") :]
+    return tuple((f.name, f.default if f.default is not MISSING else f.default_factory()) for f in owned)  # type: ignore[misc]
 
 
 def refuse_submission(request: Request, known: Container[str]) -> None:

@@ -240,6 +240,16 @@ def test_a_request_carrying_scheduler_state_is_refused_before_anything_is_taken(
     assert engine.requests == [] and not engine.has_work()
 
 
+def test_scheduler_state_is_told_after_a_run_filled_a_request_s_own_fields():
+    # the defaults compared with are read once per process: a run filling one request's output
+    # (a list the dataclass made) must not make a later output set by hand look fresh
+    engine = new_engine(RUNNER, CFG)
+    engine.run([Request("ran", (1, 2, 3))])
+    assert engine.get("ran").output
+    with pytest.raises(ValueError, match=r"^request 'b' carries scheduler state \(output=\[7\]\)"):
+        new_engine(RUNNER, CFG).submit(Request("b", (1, 2, 3), output=[7]))
+
+
 @pytest.mark.parametrize("call", ["abort", "stop", "get", "forget"])
 @pytest.mark.parametrize("rid", [["a"], {"a": 1}])
 def test_a_lookup_by_an_id_that_is_no_string_is_refused_in_one_line(call, rid):

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from radixflow.costmodel.kernel_times import kernel_work as kw
+from radixflow.costmodel.kernel_times import measured_tables as mt
 from radixflow.costmodel.kernel_times.contract import KernelTimes, TermCost
 from radixflow.costmodel.kernel_times.measured import GPUS, KernelTablesError, MeasuredKernels, kernel_times
 from radixflow.costmodel.kernel_times.table_files import read_table
@@ -265,3 +267,16 @@ def test_moe_and_allreduce_are_finite_and_positive(gpu, tokens, hidden, inter, e
     kt = kernel_times(gpu)
     assert finite_positive(kt.moe(tokens, hidden, inter, experts, min(topk, experts)))
     assert finite_positive(kt.allreduce(nbytes, gpus))
+
+
+@pytest.mark.parametrize(
+    ("site_order", "axes_order", "site", "axes"),
+    [((1, 2), (0,), (6, 7), (5,)), ((2,), (0, 1), (7,), (5, 6)), ((0, 2), (1,), (5, 7), (6,))],
+)
+def test_a_table_splits_a_key_by_its_spec_s_columns(site_order, axes_order, site, axes):
+    # the columns are picked by itemgetter, which gives one column bare: each part stays a tuple,
+    # of a list key too (a validation's row read back)
+    spec = mt.TableSpec(len(site), "(s)", mt.GEMM.work, site_order=site_order, axes_order=axes_order)
+    table = mt.MeasuredTable(spec, "t", kw.Roofline(1.0, 1.0), [(5, 6, 7, 1.0)])
+    assert table.split((5, 6, 7)) == (site, axes)
+    assert table.split([5, 6, 7]) == (site, axes)

@@ -72,9 +72,10 @@ class Publisher:
         more slots than the pool and the byte budget hold (`ByteLedger.slot_room`: the promised
         KV aside, as the chunk's own blocks, taken now, are still promised). Pure."""
         top = end // self.tree.block_size * self.tree.block_size
-        new = {p for p in checkpoints if start < p <= top} - lookup.checkpointed(
-            self.tree, namespace, tokens, top
-        )
+        asked = {p for p in checkpoints if start < p <= top}
+        if not asked:  # most chunks (every decode step's but a block's last): no walk from the root
+            return
+        new = asked - lookup.checkpointed(self.tree, namespace, tokens, top)
         free = self.evictor.ledger.slot_room()
         if len(new) > free:
             raise OutOfCapacity(

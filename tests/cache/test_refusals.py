@@ -179,6 +179,15 @@ def test_a_round_withdrawn_before_its_paths_are_unlocked_is_refused_and_changes_
     s.cache.check_integrity()
 
 
+def test_a_chunk_asking_no_new_checkpoint_is_published_with_no_state_slot_free():
+    # a chunk whose checkpoints all lie before it (or that asks none) takes no slot: it is not
+    # held to the slots left (nor walked for the checkpoints the path holds)
+    s = setup()
+    s.cache.alloc_working_slot(), s.cache.alloc_working_slot()  # none left
+    ext = s.cache.extend("n", LONGER, 20, 28, s.private, [8], "q")
+    assert ext.adopted == 2 and ext.checkpoints == {}
+
+
 def test_a_chunk_whose_new_checkpoints_the_free_slots_cannot_hold_is_refused():
     # the blocks were adopted and the first checkpoint made before the pool ran out half-way
     s = setup()

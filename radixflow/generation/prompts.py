@@ -57,7 +57,7 @@ class PromptReader:
             if isinstance(p, str):
                 out.append(self.encode(p, label))
             elif is_token_list(p):
-                out.append([int(t) for t in p])
+                out.append(list(map(int, p)))
             else:
                 raise ValueError(f"prompt {i} is neither text nor a list of token ids{_not_ids(p)}")
         return out
@@ -223,7 +223,9 @@ def is_token_list(value: object) -> bool:
     (a sequence of ints too, but of byte values)."""
     if not isinstance(value, Sequence) or isinstance(value, str | bytes | bytearray):
         return False
-    return all(_is_token_id(t) for t in value)
+    # plain ints (nearly every prompt) are told by their types in C: the Integral check per
+    # token cost 0.6 ms a 1k-token prompt
+    return set(map(type, value)) == {int} or all(_is_token_id(t) for t in value)
 
 
 def _is_token_id(value: object) -> bool:

@@ -28,7 +28,8 @@ DOCS = (
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
-_INDENTED = re.compile(r"^ {4}(?:python|radixflow)[^\n]*(?:\\\n[^\n]*)*", re.M)  # an indented code line
+# an indented code line, with the lines a trailing backslash continues it onto
+_INDENTED = re.compile(r"^ {4}(?:python|radixflow)[^\n]*(?:(?<=\\)\n[^\n]*)*", re.M)
 _SPAN = re.compile(r"`([^`]+)`")
 _FLAG = re.compile(r"(?<![^\s\[(])(--?[a-zA-Z][\w-]*)")  # after a space, a bracket or at the start
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -46,6 +47,13 @@ def _code(text: str) -> Iterator[str]:
         yield line.replace("\\\n", " ")
     for span in _SPAN.findall(_FENCE.sub("", text)):
         yield span.replace("\n", " ")
+
+
+def test_an_indented_command_continued_with_a_backslash_is_read_as_one_line():
+    """policies.md's `radixflow bench ... \\` and its next line `--candidate-len 32 ... --json M.json`:
+    the flags after the break were never checked, the first line's backslash ending the match."""
+    text = "Run:\n\n    radixflow bench --groups 2 \\\n        --json M.json\n\nThen.\n"
+    assert [" ".join(code.split()) for code in _code(text)] == ["radixflow bench --groups 2 --json M.json"]
 
 
 def _flags(code: str) -> set[str]:

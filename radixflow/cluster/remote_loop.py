@@ -262,13 +262,15 @@ class RemoteLoop:
     def _reject(self, flight: Flight, final: Final, reason: str) -> None:
         """Every replica refused ``flight``: so is its request, as one server refuses one whole.
         Its prompts that sent the client nothing get the same refusal now, their jobs cancelled:
-        a non-streamed answer is that error anyway, and waited for them to generate to their end
-        for nobody. One already streaming runs to its answer (the client has its tokens)."""
+        a non-streamed answer is that error anyway (naming ``flight``: `Final.refused_for`), and
+        waited for them to generate to their end for nobody. One already streaming runs to its
+        answer (the client has its tokens)."""
         self._answer(flight, final, rejected=reason)
         for sibling in flight.submitted.flights:
             if sibling.answered or sibling.sent:
                 continue
-            self._answer(sibling, replace(final, index=sibling.index), rejected=reason)
+            refusal = replace(final, index=sibling.index, refused_for=flight.index)
+            self._answer(sibling, refusal, rejected=reason)
             if sibling.task is not None:
                 sibling.task.cancel()
 

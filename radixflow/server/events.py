@@ -30,6 +30,9 @@ class Final:
     # time.monotonic() in the engine's process when its first token came (None: none came): a
     # fleet replica tells its ingress from it how long before the answer that was
     first_token_at: float | None = None
+    # not run: its request was refused whole for item ``refused_for``'s sake (a fleet's prompt that
+    # every replica refused, as one server refuses a request whole): the request's answer names that one
+    refused_for: int | None = None
 
 
 Event = Delta | Final

@@ -141,6 +141,8 @@ def failure(finals: list[Final], n: int = 1, item: str = "prompt") -> ApiError |
     bad = next((f for f in finals if f.output is None), None)
     if bad is None:
         return None
+    if bad.refused_for is not None:  # refused for another prompt's sake: the answer names that one
+        bad = next((f for f in finals if f.index == bad.refused_for), bad)
     said = where(bad.index, len(finals) // n, n, item) + (bad.error or "request failed")
     return ApiError(bad.status, said, None, STATUS_CODES.get(bad.status))
 

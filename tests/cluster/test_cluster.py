@@ -1118,3 +1118,21 @@ def test_a_fleets_429_carries_the_code_one_servers_does():
     assert '"code": "queue_full"' in text and "prompt 1: the queue is full" in text
     drained = failure([Final(0, None, 503, "shutting down")])
     assert drained.code is None  # one server's 503 has none either
+
+
+def test_a_request_refused_for_one_prompt_names_that_prompt_not_a_sibling_refused_with_it():
+    # prompt 1 was refused by every replica; prompts 0 and 2, still running, got its refusal too.
+    # The whole answer (the first prompt without one) said "prompt 0: ...", a prompt nobody refused
+    from radixflow.server.submission import failure
+
+    async def main() -> list[list]:
+        never = asyncio.Event()
+        refused = WireEvent(Final(0, None, 503, "the server is shutting down"), None, "replica-a")
+        scripts = {"r0": [[never, FINAL]], "r1": [[refused], [refused]], "r2": [[never, FINAL]]}
+        open_stream, _ = scripted(scripts)
+        return await serve(RemoteLoop(open_stream, None, ServerMetrics(), 8), n=3)
+
+    finals = [es[-1] for es in asyncio.run(main())]
+    assert [f.index for f in finals] == [0, 1, 2]  # each answered under its own index
+    error = failure(finals)
+    assert (error.status, error.message) == (503, "prompt 1: the server is shutting down")

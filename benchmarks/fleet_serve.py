@@ -40,7 +40,7 @@ import openai
 from radixflow.bench.router_runs import RouterRun, Trial, report, rotated, summarize
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
-from radixflow.server.fleet_spawn import FleetLaunch, FleetServer, fleet_servers, ray_settled
+from radixflow.server.fleet_spawn import FleetLaunch, FleetServer, NotReady, fleet_servers, ray_settled
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
@@ -244,7 +244,10 @@ def parsed(p: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[str]]:
 def main() -> int:
     args, routers = parsed(arguments())
     load_before = os.getloadavg()
-    runs = run_all(args, routers)
+    try:
+        runs = run_all(args, routers)
+    except NotReady as e:  # a server refused its flags (a mistyped --model), or never came up
+        raise SystemExit(f"fleet_serve: {e}") from None
     load_after = os.getloadavg()
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
     for run in runs:

@@ -76,17 +76,29 @@ def announced_port(log: Path) -> int | None:
     return None if url is None else urlsplit(url).port
 
 
+class NotReady(RuntimeError):
+    """A router's server exited, or did not answer, before it was ready: one line saying why."""
+
+
+def last_line(log: Path) -> str:
+    """The last non-blank line of ``log`` (a server that exits says why last), stripped."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "it wrote nothing"
+
+
 def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:
-    """The server's port, once it answers ``/health`` there."""
+    """The server's port, once it answers ``/health`` there; `NotReady` naming why (its log's
+    last line) and the log, if it exits or has not answered within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
+            said = f"exited with {proc.returncode} before it was ready: {last_line(log)}"
+            raise NotReady(f"{said} (log: {log})")
         port = announced_port(log)
         if port is not None and healthy(f"http://127.0.0.1:{port}", timeout_s=1):
             return port
         time.sleep(1)
-    raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
+    raise NotReady(f"was not ready within {timeout_s:.0f} s (log: {log})")
 
 
 def started(launch: FleetLaunch, router: str, log: Path, ray_dir: str) -> tuple[subprocess.Popen, int]:
@@ -95,10 +107,10 @@ def started(launch: FleetLaunch, router: str, log: Path, ray_dir: str) -> tuple[
     proc = start(launch.model, launch.replicas, router, log, ray_dir)
     try:
         return proc, wait_ready(proc, log, launch.start_timeout)
-    except RuntimeError:
+    except NotReady as e:
         proc.kill()
         proc.wait()  # reaped: its Ray processes (fate-shared) go with it
-        raise
+        raise NotReady(f"the {router} server {e}") from None
 
 
 @contextmanager

@@ -214,3 +214,37 @@ def test_the_fleet_binds_port_0_and_is_reached_where_its_banner_says(fleet_serve
     assert isinstance(proc, Proc) and port == 41234
     assert cmd[cmd.index("--port") + 1] == "0" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert got["urls"] == ["http://127.0.0.1:41234/health"]
+
+
+def test_a_server_that_exits_before_it_is_ready_is_one_line_naming_why(fleet_serve, monkeypatch, tmp_path):
+    from radixflow.server import fleet_spawn
+
+    # a mistyped --model: its server exits with 2 at once, and the run ended in a RuntimeError
+    # traceback, "the server exited with 2 before it was ready", why left in its log file
+    why = "radixflow: error: model: unknown torch model 'nosuch' (zoo names: llama-tiny)"
+
+    class Proc:
+        returncode = 2
+
+        def __init__(self, cmd, stdout, **_):
+            stdout.write(f"some warning\n{why}\n\n")
+            stdout.close()
+
+        def poll(self):
+            return 2
+
+        def kill(self):
+            pass
+
+        def wait(self):
+            return 2
+
+    monkeypatch.setattr(fleet_spawn.subprocess, "Popen", Proc)
+    monkeypatch.setattr(fleet_spawn.tempfile, "mkdtemp", lambda **_: str(tmp_path / "ray"))
+    argv = ["fleet_serve.py", "--model", "nosuch", "--routers", "pow2", "--log-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as e:
+        fleet_serve.main()
+    said = str(e.value.code)
+    assert said.startswith("fleet_serve: the pow2 server exited with 2 before it was ready: ")
+    assert why in said and str(tmp_path / "fleet_serve_pow2.log") in said and "\n" not in said

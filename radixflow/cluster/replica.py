@@ -37,6 +37,9 @@ DEAD_BLOCK_SIZE = 16  # of the empty digest a dead replica reports
 # through a longer round it reports what it last read (Serve keeps a failed poll's last report,
 # engine figures and all, and logs the failure)
 STATS_WAIT_S = 1.0
+# a retry that reached this replica while its first attempt still runs here (the ingress retries
+# a job whose stream failed before it sent anything, as when Ray could not reach this actor)
+STILL_RUNNING = "this replica still runs an earlier attempt of this request; retry later"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class EngineReplica:
         # way (one at a time: polls through a long round queue no more)
         self._routing: tuple[int, CheckpointDigest] = (0, self.engine.routing_digest())
         self._reading: concurrent.futures.Future[tuple[int, CheckpointDigest]] | None = None
+        self._jobs: set[str] = set()  # the ids of the jobs generating here (Serve's event loop only)
         self.loop.start()
 
     def describe(self) -> ReplicaInfo:
@@ -94,6 +98,18 @@ class EngineReplica:
         if problem is not None:
             yield WireEvent(Final(0, None, 400, str(problem)), None, self.name)
             return
+        if job.id in self._jobs:  # the engine would refuse the id in use: a 400, the client's fault
+            yield WireEvent(Final(0, None, 503, STILL_RUNNING), None, self.name)  # not taken
+            return
+        self._jobs.add(job.id)
+        try:  # closed with this one: a client gone aborts the job now, not when it is collected
+            async with contextlib.aclosing(self._generate(job, req)) as events:
+                async for wire in events:
+                    yield wire
+        finally:
+            self._jobs.discard(job.id)
+
+    async def _generate(self, job: Job, req: Request) -> AsyncIterator[WireEvent]:
         queue: asyncio.Queue = asyncio.Queue()
         aio = asyncio.get_running_loop()
         try:

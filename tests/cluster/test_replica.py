@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("prometheus_client")
 
 from radixflow.cluster.replica import EngineReplica
-from radixflow.cluster.wire import Job
+from radixflow.cluster.wire import Job, not_taken
 from radixflow.generation.params import SamplingParams
 from radixflow.options import EngineOptions
 from radixflow.server.events import Final
@@ -273,3 +273,27 @@ def test_the_ingress_refuses_a_prompt_past_the_cache_budget_as_the_replica_does(
         assert "cache_memory budget" in str(problem)
     finally:
         replica.drain()
+
+
+def test_a_retry_reaching_a_replica_that_still_runs_the_job_is_refused_not_a_400(zoo):
+    # the ingress retries a job whose stream failed before it sent anything (Ray's
+    # ActorUnavailableError: the actor unreachable, maybe still running it), on the same replica
+    # when no other runs: the engine refused the id in use, and the client got a 400, "duplicate
+    # request id", for the fleet's own hiccup. A refusal (503) is what another replica may serve
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 5.0)
+    job = Job("j", tuple(range(10, 40)), "default", SamplingParams(max_tokens=200, ignore_eos=True), True)
+
+    async def run() -> Final:
+        first = replica.generate(job)
+        await first.__anext__()  # the first attempt runs on
+        try:
+            return [wire async for wire in replica.generate(job)][-1].event
+        finally:
+            await first.aclose()
+
+    try:
+        again = asyncio.run(run())
+    finally:
+        replica.drain()
+    assert isinstance(again, Final) and again.output is None and again.status == 503, again
+    assert not_taken(again) and "duplicate" not in again.error

@@ -55,7 +55,9 @@ class RemoteLoop:
         self._idle = threading.Event()
         self._idle.set()
         self._aio: asyncio.AbstractEventLoop | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        # the drain's end (the event loop's time) and its call: uvloop's call_later(0) is a plain
+        # Handle, which has no when()
+        self._deadline: tuple[float, asyncio.Handle] | None = None
 
     def start(self) -> None:
         pass  # the replicas run already
@@ -125,11 +127,12 @@ class RemoteLoop:
             aio = self._aio
         if aio is None:
             return
+        end = aio.time() + drain_s
         if self._deadline is not None:
-            if self._deadline.when() <= aio.time() + drain_s:
+            if self._deadline[0] <= end:
                 return
-            self._deadline.cancel()
-        self._deadline = aio.call_later(drain_s, self._fail_all)
+            self._deadline[1].cancel()
+        self._deadline = (end, aio.call_later(drain_s, self._fail_all))
 
     def join(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)

@@ -1136,3 +1136,20 @@ def test_a_request_refused_for_one_prompt_names_that_prompt_not_a_sibling_refuse
     assert [f.index for f in finals] == [0, 1, 2]  # each answered under its own index
     error = failure(finals)
     assert (error.status, error.message) == (503, "prompt 1: the server is shutting down")
+
+
+def test_a_second_signal_then_the_apps_own_shutdown_ends_the_drain_under_uvloop():
+    # uvicorn runs on uvloop, whose call_later(0) is a plain Handle, without when(): after the
+    # second signal (drain 0) the app's own shutdown asked the drain's deadline its time, and a
+    # fleet's Ctrl-C twice ended in an AttributeError traceback
+    uvloop = pytest.importorskip("uvloop")
+    open_stream, _ = stream_of(["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+
+    def signals() -> None:
+        loop.shutdown(30.0)  # the first signal: drain
+        loop.shutdown(0.0)  # the second: now
+        loop.shutdown(30.0)  # the app's lifespan, as it stops: the drain is over already
+
+    events = uvloop.run(serve(loop, after=signals))[0]
+    assert events[-1].status == 503 and "shut down" in events[-1].error

@@ -120,11 +120,16 @@ class Publisher:
         self.evictor.offer(node)
 
     def commit(self, producer: str) -> None:
-        """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
-        for node in self.journal.close(producer).pending:
+        """The producer's round finished: its PENDING checkpoints become READY (mutates them), and
+        what it published unlocked is offered to the evictor (a locked path is, on its unlock)."""
+        closed = self.journal.close(producer)
+        for node in closed.pending:
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
+                self.evictor.offer(node)
+        for node in closed.adopted:
+            if node.lock_ref == 0 and self.tree.is_live(node):  # the scheduler's are locked: O(1)
                 self.evictor.offer(node)
 
     def withdraw(self, producers: Iterable[str]) -> None:

@@ -187,7 +187,7 @@ class RadixCache:
         self.publisher.adopt_checkpoint(namespace, tokens, position, slot)
 
     def commit(self, producer: str) -> None:
-        """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
+        """The producer's round finished: its PENDING checkpoints READY, its unlocked KV evictable."""
         self.publisher.commit(producer)
 
     def withdraw(self, producers: Iterable[str]) -> None:

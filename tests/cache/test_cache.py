@@ -470,3 +470,15 @@ def test_prompts_registered_on_other_nodes_than_the_tree_says_fail_the_check():
     cache._registered[rb] -= 1
     with pytest.raises(IntegrityError, match="registered"):
         cache.check_integrity()
+
+
+def test_kv_published_on_an_unlocked_path_is_evictable_once_its_round_commits():
+    # the scheduler locks what a request computes; a caller that does not must not leak the KV
+    # (an evictable leaf the evictor never queued is held for good)
+    cache = RadixCache(BS, 3, 4)
+    ext = cache.extend("n", A, 0, 12, cache.alloc_blocks(3), [8], "p")
+    cache.commit("p")
+    cache.check_integrity()
+    assert cache.reserve(3, 0)  # the whole pool: only by evicting what "p" published
+    assert ext.handle is not None and cache.match("n", A, len(A)).kv_tokens == 0
+    cache.check_integrity()

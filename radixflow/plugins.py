@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -25,6 +26,10 @@ SEPARATORS = ("@", "+")
 # (the command line, experiment --ray's workers, serve --replicas' replicas) knows of the user's
 PLUGINS_ENV = "RADIXFLOW_PLUGINS"
 _imported: str | None = None  # the PLUGINS_ENV whose modules are imported (None: not yet)
+_importing: str | None = None  # the PLUGINS_ENV whose modules the thread holding `_lock` imports
+# one thread imports the modules while the others wait (a server's handlers reading a registry
+# first at once); re-entrant: a plugin's own `register` reads the registry as it is imported
+_lock = threading.RLock()
 
 
 class PluginError(ValueError):
@@ -32,19 +37,33 @@ class PluginError(ValueError):
 
 
 def import_plugins() -> None:
-    """Imports each module PLUGINS_ENV names, once per value; `PluginError` for one that fails."""
-    global _imported
+    """Imports each module PLUGINS_ENV names, once per value; `PluginError` for one that fails.
+    One thread imports them; another reading a registry meanwhile waits until they are all in."""
+    global _imported, _importing
     named = os.environ.get(PLUGINS_ENV, "")
-    if named == _imported:
+    if named == _imported:  # set once every module is in: a reader never finds them half made
         return
-    _imported = named  # first: a plugin's own `register` reads the registry as it is imported
+    with _lock:
+        # imported while this thread waited; or this thread's own import, a plugin's `register`
+        # reading the registry as the plugin is imported (only the lock's holder sees it)
+        if named in (_imported, _importing):
+            return
+        _importing = named
+        try:
+            _import_each(named)
+        finally:
+            _importing = None
+        _imported = named
+
+
+def _import_each(named: str) -> None:
+    """Imports each of ``named``'s comma-separated modules; `PluginError` for the first that fails."""
     for module in (m.strip() for m in named.split(",")):
         if not module:
             continue
         try:
             importlib.import_module(module)
         except Exception as e:  # its syntax, its `register` refusing a name: the user's to fix
-            _imported = None  # the next read says it again
             said = (str(e).splitlines() or [type(e).__name__])[0]
             raise PluginError(f"{PLUGINS_ENV}: cannot import {module!r} ({said})") from e
 

@@ -1,0 +1,101 @@
+"""RADIXFLOW_PLUGINS read by two threads at once (a server's handlers, a user's thread pool): the
+modules are imported once, and a thread that reads a registry while another imports them waits
+for the registries to be whole instead of finding a plugin's name missing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import pytest
+
+from radixflow import plugins
+from radixflow.plugins import PLUGINS_ENV, forget_plugins
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+
+# a plugin whose import stops half-way until the test lets it go on: it registers `late` only then
+SLOW_PLUGIN = """
+import slow_gate
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+slow_gate.imports.append(__name__)
+slow_gate.started.set()
+slow_gate.proceed.wait(timeout=30)  # a safety net for a broken test, never the synchronisation
+
+
+class Late(Native):
+    name = "late"
+
+
+SCHEDULING_POLICIES.register("late", Late)
+"""
+
+
+class WatchedLock:
+    """The plugins' lock, saying (``waiting``) when a thread finds it held and waits for it."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        self.lock = threading.RLock()
+        self.waiting = waiting
+
+    def __enter__(self) -> WatchedLock:
+        if not self.lock.acquire(blocking=False):
+            self.waiting.set()
+            self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+@pytest.fixture
+def gate(tmp_path, monkeypatch):
+    """RADIXFLOW_PLUGINS naming the slow plugin; its gate's events; all undone afterwards."""
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = types.SimpleNamespace(started=threading.Event(), proceed=threading.Event(), imports=[])
+    monkeypatch.setitem(sys.modules, "slow_gate", gate)
+    monkeypatch.delitem(sys.modules, "slow_plugin", raising=False)
+    monkeypatch.setenv(PLUGINS_ENV, "slow_plugin")
+    forget_plugins()
+    try:
+        yield gate
+    finally:
+        gate.proceed.set()
+        SCHEDULING_POLICIES.pop("late", None)
+        sys.modules.pop("slow_plugin", None)
+        forget_plugins()
+
+
+def test_a_thread_reading_a_registry_while_another_imports_the_plugins_waits_for_them(gate, monkeypatch):
+    # the second thread found the variable marked imported as the first began, and the plugin's
+    # name missing: `unknown policy 'late'` to a request that came a moment too early
+    waiting = threading.Event()
+    monkeypatch.setattr(plugins, "_lock", WatchedLock(waiting), raising=False)
+    first = threading.Thread(target=lambda: "native" in SCHEDULING_POLICIES)
+    first.start()
+    assert gate.started.wait(timeout=30)
+    seen: list[bool] = []
+
+    def second() -> None:
+        seen.append("late" in SCHEDULING_POLICIES)
+        waiting.set()  # before the fix it never waits: it answers at once
+
+    other = threading.Thread(target=second)
+    other.start()
+    assert waiting.wait(timeout=30)
+    gate.proceed.set()
+    first.join(timeout=30)
+    other.join(timeout=30)
+    assert seen == [True]
+    assert gate.imports == ["slow_plugin"]
+
+
+def test_a_failed_import_is_told_to_the_thread_that_waited_for_it_too(gate, monkeypatch):
+    monkeypatch.setenv(PLUGINS_ENV, "slow_plugin, no_such_plugin")
+    gate.proceed.set()
+    for _ in range(2):  # each read tries again, and says so again
+        with pytest.raises(plugins.PluginError, match="cannot import 'no_such_plugin'"):
+            "late" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+    assert gate.imports == ["slow_plugin"]

@@ -1,0 +1,87 @@
+"""What an eviction policy or a router from outside the package answers (docs/extending.md) is
+checked as a placement's is: an answer outside its protocol stops the run with one line naming
+the entry and what it returned, not a traceback from deep in the cache or the fleet, nor a run
+that goes on ranking by a key that means nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from radixflow.cache.eviction import EVICTION_POLICIES, LRU
+from radixflow.cli.app import main
+
+# a cache short of blocks and slots: entries are ranked and evicted throughout
+SHORT = ["bench", "--runner", "sim", "--policy", "native", "--groups", "8", "--candidates", "4"]
+SHORT += ["--kv-blocks", "100", "--state-slots", "4"]
+
+
+class Ranks(LRU):
+    """A plugin eviction policy answering ``answer(node)`` for a key and ``clock``."""
+
+    name = "ranks"
+    answer = staticmethod(lambda node: (node.last_used,))
+
+    def priority(self, node, kind):
+        return self.answer(node)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        # each was taken: a key equal to every other one (None) ranked by node id instead; NaN,
+        # never smaller nor larger, left the heap in no order at all
+        (lambda node: None, "priority returned None: not a tuple of numbers"),
+        (lambda node: (math.nan,), "priority returned (nan,): nan is not a number"),
+        (lambda node: float(node.last_used), "not a tuple of numbers"),
+        (lambda node: ("old",), "priority returned ('old',): 'old' is not a number"),
+    ],
+)
+def test_an_eviction_key_outside_its_protocol_is_told_in_one_line(monkeypatch, capsys, answer, said):
+    monkeypatch.setattr(Ranks, "answer", staticmethod(answer))
+    monkeypatch.setitem(EVICTION_POLICIES, "ranks", Ranks)
+    assert main([*SHORT, "--eviction", "ranks"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: --eviction: 'ranks' (Ranks) ")
+    assert said in err
+
+
+@pytest.mark.parametrize(
+    ("clock", "said"),
+    [(None, "clock is None: not a number"), (math.nan, "clock is nan: not a number")],
+)
+def test_an_eviction_clock_that_is_no_number_is_told_in_one_line(monkeypatch, capsys, clock, said):
+    monkeypatch.setattr(Ranks, "clock", clock)
+    monkeypatch.setitem(EVICTION_POLICIES, "ranks", Ranks)
+    assert main([*SHORT, "--eviction", "ranks"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: --eviction: 'ranks' (Ranks) ")
+    assert said in err
+
+
+class Unwinds(LRU):
+    """A clock that runs back at each eviction: the keys stamped with it then fall."""
+
+    name = "unwinds"
+    clock = 0.0
+
+    def evicted(self, node, kind):
+        self.clock -= 1.0
+
+
+def test_an_eviction_clock_running_back_is_told_in_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(EVICTION_POLICIES, "unwinds", Unwinds)
+    assert main([*SHORT, "--eviction", "unwinds"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("radixflow: error: --eviction: 'unwinds' (Unwinds) clock is -1.0: ")
+    assert "below 0.0" in err
+
+
+def test_an_eviction_policy_within_its_protocol_runs_as_the_built_in_one(monkeypatch, capsys):
+    monkeypatch.setitem(EVICTION_POLICIES, "ranks", Ranks)
+    assert main([*SHORT, "--eviction", "ranks"]) == 0
+    mine = capsys.readouterr().out
+    assert main([*SHORT, "--eviction", "lru"]) == 0
+    assert mine.replace("ranks", "lru") == capsys.readouterr().out

@@ -11,6 +11,8 @@ import pytest
 
 from radixflow.cache.eviction import EVICTION_POLICIES, LRU
 from radixflow.cli.app import main
+from radixflow.fleet import LOAD, ROUTERS, Decision, ReplicaState, RouterConfig, RouteRequest, make_router
+from radixflow.problems import ProblemError
 
 # a cache short of blocks and slots: entries are ranked and evicted throughout
 SHORT = ["bench", "--runner", "sim", "--policy", "native", "--groups", "8", "--candidates", "4"]
@@ -85,3 +87,65 @@ def test_an_eviction_policy_within_its_protocol_runs_as_the_built_in_one(monkeyp
     mine = capsys.readouterr().out
     assert main([*SHORT, "--eviction", "lru"]) == 0
     assert mine.replace("ranks", "lru") == capsys.readouterr().out
+
+
+class Sends:
+    """A plugin router sending each request where ``answer(replicas)`` says."""
+
+    name = "sends"
+    uses_digests = False
+    answer = staticmethod(lambda replicas: Decision(replicas[0].name, LOAD))
+
+    def __init__(self, config: RouterConfig) -> None:
+        pass
+
+    def decide(self, request, replicas):
+        return self.answer(replicas)
+
+    def choose(self, request, replicas):
+        return self.decide(request, replicas)
+
+    def record(self, request, replica):
+        pass
+
+    def retract(self, request, replica):
+        pass
+
+    def forget(self, replica):
+        pass
+
+
+FLEET = [ReplicaState("a", 0, alive=False), ReplicaState("b", 3)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        # each was a StopIteration's traceback from the fleet sim (no replica of that name), or
+        # an empty first rank handed to Ray Serve
+        (lambda replicas: None, "returned None: not a Decision"),
+        (lambda replicas: "b", "returned 'b': not a Decision"),
+        (lambda replicas: Decision("z", LOAD), "'z' is none of the replicas ['a', 'b']"),
+        # one reported dead answers only 503s: the protocol picks it only when all are
+        (lambda replicas: Decision("a", LOAD), "'a' is reported dead while another is live"),
+    ],
+)
+def test_a_router_answering_outside_its_protocol_is_told_in_one_line(monkeypatch, answer, said):
+    monkeypatch.setattr(Sends, "answer", staticmethod(answer))
+    monkeypatch.setitem(ROUTERS, "sends", Sends)
+    router = make_router("sends")
+    for method in (router.decide, router.choose):
+        with pytest.raises(ProblemError) as caught:
+            method(RouteRequest("n", (1, 2, 3)), FLEET)
+        assert caught.value.problem.param == "router"
+        assert str(caught.value).count("\n") == 0
+        assert f"'sends' (Sends) {method.__name__} returned" in str(caught.value)
+        assert said in str(caught.value)
+
+
+def test_a_router_answering_within_its_protocol_routes(monkeypatch):
+    monkeypatch.setitem(ROUTERS, "sends", Sends)
+    router = make_router("sends")
+    assert router.choose(RouteRequest("n", (1, 2, 3)), FLEET[1:]) == Decision("b", LOAD)
+    every_one_dead = [ReplicaState("a", 0, alive=False)]
+    assert router.choose(RouteRequest("n", (1, 2, 3)), every_one_dead) == Decision("a", LOAD)

@@ -22,8 +22,8 @@ from typing import Protocol
 from radixflow.cache.digest import chain_hashes
 from radixflow.fleet.memory import DEFAULT_CAPACITY, PrefixMemory
 from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
-from radixflow.plugins import Registry
-from radixflow.problems import Problem, ProblemError, built
+from radixflow.plugins import Registry, from_outside
+from radixflow.problems import Problem, ProblemError, built, shown
 
 
 @dataclass(frozen=True)
@@ -244,4 +244,56 @@ def make_router(name: str, config: RouterConfig | None = None) -> Router:
     problem = router_problem(name)
     if problem is not None:
         raise ProblemError(problem)
-    return built("router", name, ROUTERS[name], Router, (config or RouterConfig(),), takes="factory(config)")
+    made: Router = built(
+        "router", name, ROUTERS[name], Router, (config or RouterConfig(),), takes="factory(config)"
+    )
+    return CheckedRouter(name, made) if from_outside(type(made)) else made
+
+
+@dataclass(frozen=True)
+class CheckedRouter:
+    """A router from outside the package (docs/extending.md) whose decisions are checked to name
+    a replica it was shown, a live one while any is: one that does not stops the run with one
+    line naming it and what it returned (a `ProblemError` on ``router``), not a StopIteration
+    from the fleet sim nor an empty rank handed to Ray Serve."""
+
+    name: str
+    inner: Router
+
+    @property
+    def uses_digests(self) -> bool:
+        return self.inner.uses_digests
+
+    def decide(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        return self._checked("decide", self.inner.decide(request, replicas), replicas)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        return self._checked("choose", self.inner.choose(request, replicas), replicas)
+
+    def record(self, request: RouteRequest, replica: str) -> None:
+        self.inner.record(request, replica)
+
+    def retract(self, request: RouteRequest, replica: str) -> None:
+        self.inner.retract(request, replica)
+
+    def forget(self, replica: str) -> None:
+        self.inner.forget(replica)
+
+    def _checked(self, method: str, got: object, replicas: Sequence[ReplicaState]) -> Decision:
+        why = _misrouted(got, replicas)
+        if why is not None or not isinstance(got, Decision):
+            called = f"{self.name!r} ({type(self.inner).__qualname__}) {method} returned {shown(got)}"
+            raise ProblemError(Problem("router", f"{called}: {why}"))
+        return got
+
+
+def _misrouted(got: object, replicas: Sequence[ReplicaState]) -> str | None:
+    """Why ``got`` is no answer of `Router.decide` among ``replicas`` (None: it is). Pure."""
+    if not isinstance(got, Decision):
+        return "not a Decision"
+    named = {r.name: r for r in replicas}
+    if got.replica not in named:
+        return f"{shown(got.replica)} is none of the replicas {shown(sorted(named))}"
+    if not named[got.replica].alive and any(r.alive for r in replicas):  # it answers only 503s
+        return f"{shown(got.replica)} is reported dead while another is live"
+    return None

@@ -163,18 +163,32 @@ def plugin_modules() -> list[str]:
 
 
 def code_digest() -> str:
-    """What computes a result: the package's `source_digest`, and the file of each module in
-    `plugin_modules` where there is one (only its own file: a module it imports is not read)."""
+    """What computes a result: the package's `source_digest`, and for each module in
+    `plugin_modules` its source: its own file, or, in a package of the user's, every module's
+    source in that package (what it imports from it, now or lazily, computes results too)."""
     package, modules = source_digest(), plugin_modules()
     if not modules:  # the package's digest as it always was: results cached before stay its own
         return package
     digest = hashlib.sha256(package.encode())
     for name in modules:
         digest.update(f"{name}\0".encode())
-        path = _file_of(name)
+        root = _package_root(name)
+        if root is not None:  # each file named, so a module moved or added is another code
+            for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+                digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+            continue
+        path = _file_of(name)  # as it always was for a module in no package
         if path is not None:
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:16]
+
+
+def _package_root(module: str) -> Path | None:
+    """The directory of the package at the top of ``module`` (``lab`` of ``lab.policies``, or
+    ``module`` itself); None where it is in none (a file of its own, a namespace package)."""
+    path = _file_of(module.partition(".")[0])
+    return path.parent if path is not None and path.name == "__init__.py" else None
 
 
 def _file_of(module: str) -> Path | None:

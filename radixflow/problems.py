@@ -158,6 +158,11 @@ def built(
     if missing:
         lacks = ", ".join(missing)
         raise ProblemError(Problem(param, f"{called} is no {protocol.__name__}: it lacks {lacks}"))
+    # a method set to a value (`on_blocked = None`) is called mid-run: a TypeError's traceback there
+    methods = (m for m, v in vars(protocol).items() if callable(v) and not m.startswith("_"))
+    for m in sorted(m for m in methods if not callable(getattr(made, m))):
+        said = f"its {m} is {shown(getattr(made, m))}, not a method"
+        raise ProblemError(Problem(param, f"{called} is no {protocol.__name__}: {said}"))
     return made
 
 

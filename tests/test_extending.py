@@ -99,6 +99,18 @@ def test_a_placement_or_admission_lacking_its_method_is_refused(monkeypatch):
     _refused(lambda: make_admission("nom"), "admission", "'nom'", "may_evict")
 
 
+class NotCallable(Native):
+    name = "not-callable"
+    on_blocked = None  # a method the run would call: a TypeError's traceback mid-run
+
+
+def test_an_entry_whose_protocol_method_is_no_method_is_refused(monkeypatch):
+    monkeypatch.setitem(SCHEDULING_POLICIES, "nc", NotCallable)
+    _refused(
+        lambda: make_policy("nc"), "policy", "'nc' (NotCallable)", "its on_blocked is None, not a method"
+    )
+
+
 def test_the_built_in_entries_all_serve():
     for name in SCHEDULING_POLICIES:
         assert make_policy(name).placement == default_placement(name)

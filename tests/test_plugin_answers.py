@@ -13,6 +13,7 @@ from radixflow.cache.eviction import EVICTION_POLICIES, LRU
 from radixflow.cli.app import main
 from radixflow.fleet import LOAD, ROUTERS, Decision, ReplicaState, RouterConfig, RouteRequest, make_router
 from radixflow.problems import ProblemError
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
 
 # a cache short of blocks and slots: entries are ranked and evicted throughout
 SHORT = ["bench", "--runner", "sim", "--policy", "native", "--groups", "8", "--candidates", "4"]
@@ -149,3 +150,42 @@ def test_a_router_answering_within_its_protocol_routes(monkeypatch):
     assert router.choose(RouteRequest("n", (1, 2, 3)), FLEET[1:]) == Decision("b", LOAD)
     every_one_dead = [ReplicaState("a", 0, alive=False)]
     assert router.choose(RouteRequest("n", (1, 2, 3)), every_one_dead) == Decision("a", LOAD)
+
+
+class Orders(Native):
+    """A plugin scheduling policy scanning the waiting queue in ``answer(waiting)``'s order."""
+
+    name = "orders"
+    answer = staticmethod(lambda waiting: waiting)
+
+    def order(self, waiting):
+        return self.answer(waiting)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda waiting: None, "order returned None: not an iterable of the waiting requests"),
+        # a KeyError's traceback from the queue as the same request was admitted twice
+        (lambda waiting: [*waiting, *waiting], "twice"),
+        (lambda waiting: ["g0c0"], "gave 'g0c0', not a waiting request"),
+        # the engine's `scheduler bug: round 3 scheduled no chunk with 1 waiting` once the rest ran
+        (lambda waiting: list(waiting)[1:], "left out 'g0c0', which is waiting"),
+    ],
+)
+def test_a_scan_order_outside_its_protocol_is_told_in_one_line(monkeypatch, capsys, answer, said):
+    monkeypatch.setattr(Orders, "answer", staticmethod(answer))
+    monkeypatch.setitem(SCHEDULING_POLICIES, "orders", Orders)
+    argv = ["bench", "--runner", "sim", "--policy", "orders", "--groups", "2", "--candidates", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: --policy: 'orders' (Orders) order")
+    assert said in err
+
+
+def test_a_scan_order_within_its_protocol_runs(monkeypatch, capsys):
+    monkeypatch.setattr(Orders, "answer", staticmethod(lambda waiting: list(waiting)[::-1]))
+    monkeypatch.setitem(SCHEDULING_POLICIES, "orders", Orders)
+    argv = ["bench", "--runner", "sim", "--policy", "orders", "--groups", "2", "--candidates", "2"]
+    assert main(argv) == 0
+    assert "bf7f64a01a30" in capsys.readouterr().out  # outputs as any policy's: a no-cache run's

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.plugins import Registry
-from radixflow.problems import Problem, ProblemError, built
+from radixflow.plugins import Registry, from_outside
+from radixflow.problems import Problem, ProblemError, built, shown
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import PLACEMENTS
+from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scan import PolicyContext, ScanAction, SchedulingPolicy
 
@@ -107,3 +108,33 @@ def _own_placement(name: str, policy: object) -> str:
         said = "names no placement" if placement is None else f"names placement {placement!r}, not registered"
         raise ProblemError(Problem("policy", f"{called} {said} (its `placement`: one of {known})"))
     return placement
+
+
+def scan_order(policy: SchedulingPolicy, waiting: WaitingQueue) -> Iterator[Request]:
+    """``policy``'s scan order of ``waiting`` (`SchedulingPolicy.order`). A policy from outside
+    the package (docs/extending.md) has each request checked as the scan takes it: one given that
+    is not waiting, given twice, or one left out stops the run with one line naming the policy,
+    not a traceback from the queue nor the engine's `scheduler bug` at an empty round."""
+    got = policy.order(waiting)
+    return _checked_order(policy, waiting, got) if from_outside(type(policy)) else iter(got)
+
+
+def _checked_order(policy: SchedulingPolicy, waiting: WaitingQueue, got: object) -> Iterator[Request]:
+    def refused(why: str) -> ProblemError:
+        called = f"{policy.name!r} ({type(policy).__qualname__}) order"
+        return ProblemError(Problem("policy", f"{called} {why}"))
+
+    if not isinstance(got, Iterable):
+        raise refused(f"returned {shown(got)}: not an iterable of the waiting requests")
+    seen: set[str] = set()
+    for request in got:
+        if isinstance(request, Request) and request.id in seen:
+            raise refused(f"gave {request.id!r} twice")
+        if not isinstance(request, Request) or request not in waiting:
+            raise refused(f"gave {shown(getattr(request, 'id', request))}, not a waiting request")
+        seen.add(request.id)
+        yield request
+    # the whole scan ran: one never given waits forever (the scan that admitted the others over)
+    left = next((r for r in waiting if r.id not in seen), None)
+    if left is not None:
+        raise refused(f"left out {left.id!r}, which is waiting: it gives each waiting request once")

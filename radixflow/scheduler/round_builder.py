@@ -21,7 +21,7 @@ from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.events import SchedulerEvents
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, StopReason
 from radixflow.scheduler.parking import ParkingLot
-from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
+from radixflow.scheduler.policy import ScanAction, SchedulingPolicy, scan_order
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
@@ -79,7 +79,7 @@ class RoundBuilder:
         if self._continue_running(budget, out):
             stop = self._scan(budget, out)
         else:
-            stop = ScanStop(None, None, iter(self.policy.order(self.waiting)))
+            stop = ScanStop(None, None, scan_order(self.policy, self.waiting))
         if stop is not None and budget.tokens > 0 and budget.requests > 0:
             slots = self.config.max_requests
             out.bubble_tokens = bubble_tokens(stop, self.reuse, self.parked, budget.tokens, slots)
@@ -99,7 +99,7 @@ class RoundBuilder:
 
     def _scan(self, budget: _Budget, out: SchedulerOutput) -> ScanStop | None:
         """Admit waiting requests in the policy's order; None when every one was considered."""
-        scan = iter(self.policy.order(self.waiting))
+        scan = scan_order(self.policy, self.waiting)
         for req in scan:
             if budget.requests == 0:
                 out.stop_reason = StopReason.REQUEST_BUDGET

@@ -189,3 +189,33 @@ def test_a_scan_order_within_its_protocol_runs(monkeypatch, capsys):
     argv = ["bench", "--runner", "sim", "--policy", "orders", "--groups", "2", "--candidates", "2"]
     assert main(argv) == 0
     assert "bf7f64a01a30" in capsys.readouterr().out  # outputs as any policy's: a no-cache run's
+
+
+class Counts(Native):
+    """A plugin scheduling policy whose decision counts are ``answer``."""
+
+    name = "counts"
+    answer: object = {}
+
+    def counters(self):
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        # stored as they came in an experiment's results.json (a NaN: json's traceback there)
+        (None, "counters returned None: not a dict of counts by name"),
+        ({"x": math.nan}, "counters returned {'x': nan}: the count of 'x' is nan, not an integer"),
+        ({"x": "2"}, "the count of 'x' is '2', not an integer"),
+        ({1: 2}, "1 is not a name"),
+    ],
+)
+def test_policy_counters_outside_the_protocol_are_told_in_one_line(monkeypatch, capsys, answer, said):
+    monkeypatch.setattr(Counts, "answer", answer)
+    monkeypatch.setitem(SCHEDULING_POLICIES, "counts", Counts)
+    argv = ["bench", "--runner", "sim", "--policy", "counts", "--groups", "2", "--candidates", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: --policy: 'counts' (Counts) ")
+    assert said in err

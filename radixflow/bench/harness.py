@@ -12,7 +12,7 @@ from radixflow.bench.spread import Load
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
-from radixflow.scheduler.policy import default_placement
+from radixflow.scheduler.policy import default_placement, policy_counters
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 
@@ -169,7 +169,7 @@ def run_policies(
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
-            counters = engine.scheduler.policy.counters()
+            counters = policy_counters(engine.scheduler.policy)
             evicted = engine.cache.evictions()
             rounds, failed = list(engine.rounds), list(engine.failed_rounds)
             trials.add(policy, PolicyRun(result, rounds, engine.requests, counters, evicted, failed))

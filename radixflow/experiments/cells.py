@@ -35,6 +35,7 @@ from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.options.runners import runner_name
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.policy import policy_counters
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
@@ -262,7 +263,7 @@ def _fleet_variant(
     engines = [r.engine for r in run.replicas]
     # the fleet's counts are every replica's, as one engine's are its own
     evicted = _summed([e.cache.evictions() for e in engines])
-    counters = _summed([e.scheduler.policy.counters() for e in engines])
+    counters = _summed([policy_counters(e.scheduler.policy) for e in engines])
     rounds = [rd for e in engines for rd in e.rounds]
     policy_run = PolicyRun(result, rounds, run.requests, counters, evicted)
     return {

@@ -138,3 +138,29 @@ def _checked_order(policy: SchedulingPolicy, waiting: WaitingQueue, got: object)
     left = next((r for r in waiting if r.id not in seen), None)
     if left is not None:
         raise refused(f"left out {left.id!r}, which is waiting: it gives each waiting request once")
+
+
+def policy_counters(policy: SchedulingPolicy) -> dict[str, int]:
+    """``policy``'s decision counts (`SchedulingPolicy.counters`); a policy from outside the
+    package (docs/extending.md) answering no dict of integer counts by name is a `ProblemError`
+    naming it, not a results.json holding what it gave (or json's traceback at a NaN)."""
+    got = policy.counters()
+    if not from_outside(type(policy)):
+        return got
+    why = _no_counts(got)
+    if why is not None:
+        called = f"{policy.name!r} ({type(policy).__qualname__}) counters returned {shown(got)}"
+        raise ProblemError(Problem("policy", f"{called}: {why}"))
+    return dict(got)
+
+
+def _no_counts(got: object) -> str | None:
+    """Why ``got`` is no answer of `SchedulingPolicy.counters` (None: it is). Pure."""
+    if not isinstance(got, dict):
+        return "not a dict of counts by name"
+    for name, count in got.items():
+        if not isinstance(name, str):
+            return f"{shown(name)} is not a name"
+        if not isinstance(count, int) or isinstance(count, bool):
+            return f"the count of {name!r} is {shown(count)}, not an integer"
+    return None

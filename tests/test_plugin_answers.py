@@ -219,3 +219,24 @@ def test_policy_counters_outside_the_protocol_are_told_in_one_line(monkeypatch, 
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("radixflow: error: --policy: 'counts' (Counts) ")
     assert said in err
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        # each was a traceback where the checkpoint was loaded: ValueError (unpacking), the
+        # import's ModuleNotFoundError, an AttributeError
+        ("my_llama_module", "'my_llama_module' is no 'module:Class'"),
+        ("no_such_family_module:Llama", "cannot import 'no_such_family_module' (No module named"),
+        ("json:NoSuchClass", "module 'json' has no 'NoSuchClass'"),
+    ],
+)
+def test_a_model_family_entry_that_names_no_class_is_told_in_one_line(monkeypatch, entry, said):
+    from radixflow.models.registry import FAMILIES, UnknownModelError, model_class
+
+    monkeypatch.setitem(FAMILIES, "my_llama", entry)
+    with pytest.raises(UnknownModelError) as caught:
+        model_class("my_llama")
+    assert str(caught.value).count("\n") == 0
+    assert str(caught.value).startswith("model family 'my_llama': ")
+    assert said in str(caught.value)

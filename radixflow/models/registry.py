@@ -36,5 +36,19 @@ def check_model_type(model_type: object) -> str:
 
 
 def model_class(model_type: str) -> Any:
-    module, name = FAMILIES[check_model_type(model_type)].split(":")
-    return getattr(importlib.import_module(module), name)
+    """The class of ``model_type``'s family; an entry (a plugin's, docs/extending.md) that names
+    none is an `UnknownModelError` saying why, not a traceback where a checkpoint is loaded."""
+    entry = FAMILIES[check_model_type(model_type)]
+    module, sep, name = entry.partition(":") if isinstance(entry, str) else ("", "", "")
+    said = f"model family {model_type!r}: {entry!r}"
+    if not (module and sep and name) or ":" in name:
+        raise UnknownModelError(f"{said} is no 'module:Class'")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not f"{module}.".startswith(f"{e.name}."):  # one it imports (torch): as is
+            raise
+        raise UnknownModelError(f"{said}: cannot import {module!r} ({e})") from None
+    if not hasattr(found, name):
+        raise UnknownModelError(f"{said}: module {module!r} has no {name!r}")
+    return getattr(found, name)

@@ -240,3 +240,27 @@ def test_a_model_family_entry_that_names_no_class_is_told_in_one_line(monkeypatc
     assert str(caught.value).count("\n") == 0
     assert str(caught.value).startswith("model family 'my_llama': ")
     assert said in str(caught.value)
+
+
+CONFIG = '{"model_type": "my_reader", "hidden_size": 256, "num_hidden_layers": 4, "vocab_size": 1000}'
+
+
+@pytest.mark.parametrize(
+    ("layers", "said"),
+    [
+        # was a TypeError's traceback (no len()) from the shape, an AttributeError from the costs
+        (None, "returned None: not a tuple of Layers"),
+        (["attention"], "returned ['attention']: 'attention' is not a Layer"),
+    ],
+)
+def test_a_cost_model_reader_answering_no_layers_is_told_in_one_line(
+    monkeypatch, capsys, tmp_path, layers, said
+):
+    from radixflow.costmodel.shape.config_readers import READERS
+
+    monkeypatch.setitem(READERS, "my_reader", lambda cfg: layers)
+    (tmp_path / "config.json").write_text(CONFIG)
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: ")
+    assert "cost-model reader of model_type 'my_reader'" in err and said in err

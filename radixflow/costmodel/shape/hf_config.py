@@ -14,7 +14,8 @@ from pathlib import Path
 
 from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.costmodel.shape.config_values import Config, first_set, integer
-from radixflow.costmodel.shape.model_shape import DEFAULT_CONTEXT, ModelShape
+from radixflow.costmodel.shape.model_shape import DEFAULT_CONTEXT, Layer, ModelShape
+from radixflow.problems import shown
 
 
 class UnknownModelTypeError(ValueError):
@@ -91,11 +92,25 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         name=name,
         hidden=integer(cfg, "hidden_size"),
         vocab_size=integer(cfg, "vocab_size"),
-        layers=reader(cfg),
+        layers=_layers(str(kind), reader, cfg),
         tied_embeddings=TIES.get(str(kind), _tied)(cfg),
         max_context=int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT),
         source=source,
     )
+
+
+def _layers(kind: str, reader: Callable[[Config], tuple[Layer, ...]], cfg: Config) -> tuple[Layer, ...]:
+    """What ``reader`` reads of ``cfg``, checked to be layers: a reader added from outside the
+    package (docs/extending.md) answering anything else is a ValueError naming it, not a
+    traceback from the shape or the costs."""
+    got = reader(cfg)
+    why = None if isinstance(got, tuple | list) else "not a tuple of Layers"
+    stray = next((layer for layer in got if not isinstance(layer, Layer)), None) if why is None else None
+    if stray is not None:
+        why = f"{shown(stray)} is not a Layer"
+    if why is not None:
+        raise ValueError(f"the cost-model reader of model_type {kind!r} returned {shown(got)}: {why}")
+    return tuple(got)
 
 
 def shape_from_checkpoint(name: str, directory: str | Path) -> ModelShape:

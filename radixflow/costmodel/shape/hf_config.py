@@ -15,6 +15,7 @@ from pathlib import Path
 from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.costmodel.shape.config_values import Config, first_set, integer
 from radixflow.costmodel.shape.model_shape import DEFAULT_CONTEXT, Layer, ModelShape
+from radixflow.plugins import import_plugins
 from radixflow.problems import shown
 
 
@@ -85,6 +86,9 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
     if str(kind) in WRAPPERS:  # language_config found no language model inside
         raise ValueError(f"model_type {kind!r} nests its language model under text_config: none here")
     reader = READERS.get(str(kind))
+    if reader is None:  # read as the package is imported, they import no plugin: one may hold it
+        import_plugins()
+        reader = READERS.get(str(kind))
     if reader is None:
         known = f"{', '.join(READERS)}; {', '.join(WRAPPERS)} with the language model under text_config"
         raise UnknownModelTypeError(f"no cost-model reader for model_type {kind!r} (known: {known})")

@@ -61,9 +61,15 @@ def _import_each(named: str) -> None:
     for module in (m.strip() for m in named.split(",")):
         if not module:
             continue
+        # what a module that fails half-way registered goes with it: the next read, the module
+        # fixed, imports it again, and its `register` would refuse the names its first half took
+        saved = [dict.copy(registry) for registry in Registry.made]  # no read: no plugin import
         try:
             importlib.import_module(module)
         except Exception as e:  # its syntax, its `register` refusing a name: the user's to fix
+            for registry, was in zip(Registry.made[: len(saved)], saved, strict=True):  # not one it made
+                dict.clear(registry)
+                dict.update(registry, was)
             said = (str(e).splitlines() or [type(e).__name__])[0]
             raise PluginError(f"{PLUGINS_ENV}: cannot import {module!r} ({said})") from e
 

@@ -1,6 +1,7 @@
 """RADIXFLOW_PLUGINS read by two threads at once (a server's handlers, a user's thread pool): the
 modules are imported once, and a thread that reads a registry while another imports them waits
-for the registries to be whole instead of finding a plugin's name missing."""
+for the registries to be whole instead of finding a plugin's name missing; a failed import is
+said to each reader, and leaves the registries as they were before it."""
 
 from __future__ import annotations
 
@@ -99,3 +100,35 @@ def test_a_failed_import_is_told_to_the_thread_that_waited_for_it_too(gate, monk
         with pytest.raises(plugins.PluginError, match="cannot import 'no_such_plugin'"):
             "late" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
     assert gate.imports == ["slow_plugin"]
+
+
+HALF_PLUGIN = """
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+
+class Half(Native):
+    name = "half"
+
+
+SCHEDULING_POLICIES.register("half", Half)
+"""
+
+
+def test_a_plugin_fixed_after_failing_half_way_is_imported_on_the_next_read(tmp_path, monkeypatch):
+    # its first import registered `half` before it failed: the next read, the module fixed, was
+    # refused for `half` being registered already, by the half of it that had run
+    path = tmp_path / "half_plugin.py"
+    path.write_text(HALF_PLUGIN + "raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(PLUGINS_ENV, "half_plugin")
+    forget_plugins()
+    try:
+        with pytest.raises(plugins.PluginError, match=r"cannot import 'half_plugin' \(boom\)"):
+            "half" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+        assert "half" not in dict.keys(SCHEDULING_POLICIES)  # the registries as they were
+        path.write_text(HALF_PLUGIN + "# fixed\n")
+        assert "half" in SCHEDULING_POLICIES
+    finally:
+        SCHEDULING_POLICIES.pop("half", None)
+        sys.modules.pop("half_plugin", None)
+        forget_plugins()

@@ -67,11 +67,30 @@ def _import_each(named: str) -> None:
         try:
             importlib.import_module(module)
         except Exception as e:  # its syntax, its `register` refusing a name: the user's to fix
-            for registry, was in zip(Registry.made[: len(saved)], saved, strict=True):  # not one it made
-                dict.clear(registry)
-                dict.update(registry, was)
-            said = (str(e).splitlines() or [type(e).__name__])[0]
-            raise PluginError(f"{PLUGINS_ENV}: cannot import {module!r} ({said})") from e
+            _restore(saved)
+            raise PluginError(_why_not(module, e)) from e
+
+
+def _restore(saved: list[dict[str, object]]) -> None:
+    """Each registry as ``saved`` (a registry made since is left); the modules that defined the
+    entries dropped leave `sys.modules`, so that their next import registers them again."""
+    for registry, was in zip(Registry.made[: len(saved)], saved, strict=True):
+        added = [entry for name, entry in dict.items(registry) if name not in was]
+        for module in {_module_of(entry) for entry in added if from_outside(entry)}:
+            sys.modules.pop(module, None)
+        dict.clear(registry)
+        dict.update(registry, was)
+
+
+def _why_not(module: str, e: Exception) -> str:
+    """One line: why ``module`` could not be imported (``e``); a file's path named for it is
+    told to name its module (the path's import fails, or runs the file as a package). Pure."""
+    if module.endswith(".py") or any(sep in module for sep in "/\\"):
+        stem = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
+        named = f"name its module ({stem!r}), with its directory on PYTHONPATH"
+        return f"{PLUGINS_ENV}: {module!r} is a file: {named}"
+    said = (str(e).splitlines() or [type(e).__name__])[0]
+    return f"{PLUGINS_ENV}: cannot import {module!r} ({said})"
 
 
 def forget_plugins() -> None:

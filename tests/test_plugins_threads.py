@@ -132,3 +132,38 @@ def test_a_plugin_fixed_after_failing_half_way_is_imported_on_the_next_read(tmp_
         SCHEDULING_POLICIES.pop("half", None)
         sys.modules.pop("half_plugin", None)
         forget_plugins()
+
+
+@pytest.mark.parametrize(
+    "named", ["waits_plugin.py", "./plugins/waits_plugin.py", "plugins\\waits_plugin.py"]
+)
+def test_a_file_named_for_a_module_is_told_to_name_its_module(monkeypatch, named):
+    # was "No module named 'waits_plugin.py'; 'waits_plugin' is not a package", or a relative
+    # import's complaint about a 'package' argument
+    monkeypatch.setenv(PLUGINS_ENV, named)
+    forget_plugins()
+    try:
+        with pytest.raises(plugins.PluginError) as caught:
+            "native" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+    finally:
+        forget_plugins()
+    said = f"RADIXFLOW_PLUGINS: {named!r} is a file: name its module ('waits_plugin'), with its "
+    assert str(caught.value) == said + "directory on PYTHONPATH"
+
+
+def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp_path, monkeypatch):
+    # `waits_plugin.py` imports `waits_plugin` (its entries registered), then fails: the entries
+    # go, and so must the module, or naming it right next found it imported and registered nothing
+    (tmp_path / "waits_plugin.py").write_text(HALF_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(PLUGINS_ENV, "waits_plugin.py")
+    forget_plugins()
+    try:
+        with pytest.raises(plugins.PluginError, match="is a file: name its module"):
+            "half" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+        monkeypatch.setenv(PLUGINS_ENV, "waits_plugin")
+        assert "half" in SCHEDULING_POLICIES
+    finally:
+        SCHEDULING_POLICIES.pop("half", None)
+        sys.modules.pop("waits_plugin", None)
+        forget_plugins()

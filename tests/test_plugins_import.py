@@ -1,7 +1,7 @@
-"""RADIXFLOW_PLUGINS read by two threads at once (a server's handlers, a user's thread pool): the
-modules are imported once, and a thread that reads a registry while another imports them waits
-for the registries to be whole instead of finding a plugin's name missing; a failed import is
-said to each reader, and leaves the registries as they were before it."""
+"""Importing RADIXFLOW_PLUGINS' modules. Read by two threads at once (a server's handlers, a
+user's thread pool): the modules are imported once, and a thread that reads a registry while
+another imports them waits for the registries to be whole instead of finding a plugin's name
+missing. A failed import is said to each reader, and leaves the registries as they were."""
 
 from __future__ import annotations
 

@@ -264,3 +264,21 @@ def test_a_cost_model_reader_answering_no_layers_is_told_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("radixflow: error: ")
     assert "cost-model reader of model_type 'my_reader'" in err and said in err
+
+
+def test_a_placement_answering_numpy_integers_runs_as_one_answering_ints(monkeypatch, capsys):
+    # was refused: "np.int64(16) is not an integer"
+    np = pytest.importorskip("numpy")
+    from radixflow.scheduler.placement import PLACEMENTS
+
+    class Numpy:
+        name = "numpy"
+
+        def positions(self, ctx):
+            first = ctx.start // ctx.block_size * ctx.block_size + ctx.block_size
+            return list(np.arange(first, ctx.end + 1, ctx.block_size))
+
+    monkeypatch.setitem(PLACEMENTS, "numpy", Numpy)
+    argv = ["bench", "--runner", "sim", "--policy", "native", "--groups", "2", "--candidates", "2"]
+    assert main([*argv, "--placement", "numpy"]) == 0
+    assert "bf7f64a01a30" in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Protocol
 
 from radixflow.plugins import Registry, from_outside
@@ -174,7 +175,7 @@ class CheckedPlacement:
         if why is not None:
             called = f"{self.name!r} ({type(self.inner).__qualname__}) positions"
             raise ProblemError(Problem("placement", f"{called} returned {shown(got)}: {why}"))
-        return list(got)
+        return [int(p) for p in got]  # plain ints: the cache never meets numpy arithmetic
 
 
 def _outside(got: object, ctx: PlacementContext) -> str | None:
@@ -183,7 +184,7 @@ def _outside(got: object, ctx: PlacementContext) -> str | None:
         return "not a list of positions"
     bs = ctx.block_size
     for p in got:
-        if not isinstance(p, int) or isinstance(p, bool):
+        if not isinstance(p, Integral) or isinstance(p, bool):  # numpy's integers are integers
             return f"{shown(p)} is not an integer"
         if p % bs:
             return f"{p} is not a block boundary ({bs} tokens a block)"

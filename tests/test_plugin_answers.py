@@ -282,3 +282,13 @@ def test_a_placement_answering_numpy_integers_runs_as_one_answering_ints(monkeyp
     argv = ["bench", "--runner", "sim", "--policy", "native", "--groups", "2", "--candidates", "2"]
     assert main([*argv, "--placement", "numpy"]) == 0
     assert "bf7f64a01a30" in capsys.readouterr().out
+
+
+def test_policy_counters_of_numpy_integers_are_kept_as_ints(monkeypatch):
+    # was refused as no integer; a results.json cannot hold np.int64 as it came either
+    np = pytest.importorskip("numpy")
+    from radixflow.scheduler.policy import policy_counters
+
+    monkeypatch.setattr(Counts, "answer", {"waited": np.int64(3)})
+    counts = policy_counters(Counts())
+    assert counts == {"waited": 3} and type(counts["waited"]) is int

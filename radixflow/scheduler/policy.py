@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from numbers import Integral
 
 from radixflow.cache.types import Match
 from radixflow.plugins import Registry, from_outside
@@ -151,7 +152,7 @@ def policy_counters(policy: SchedulingPolicy) -> dict[str, int]:
     if why is not None:
         called = f"{policy.name!r} ({type(policy).__qualname__}) counters returned {shown(got)}"
         raise ProblemError(Problem("policy", f"{called}: {why}"))
-    return dict(got)
+    return {name: int(count) for name, count in got.items()}  # plain ints: json writes them
 
 
 def _no_counts(got: object) -> str | None:
@@ -161,6 +162,6 @@ def _no_counts(got: object) -> str | None:
     for name, count in got.items():
         if not isinstance(name, str):
             return f"{shown(name)} is not a name"
-        if not isinstance(count, int) or isinstance(count, bool):
+        if not isinstance(count, Integral) or isinstance(count, bool):  # numpy's are integers
             return f"the count of {name!r} is {shown(count)}, not an integer"
     return None

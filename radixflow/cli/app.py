@@ -143,13 +143,15 @@ def _signals_end_it() -> None:
 
 def _command(argv: list[str] | None, console: Console) -> int:
     commands = {cmd.name: cmd for cmd in COMMANDS}
-    term = SigtermAsCtrlC()  # a SIGTERM or SIGHUP stops a command as a Ctrl-C does, unless it handles its own
+    # a SIGTERM or SIGHUP stops a command as a Ctrl-C does; a server's own handlers take them over
+    # while it serves (it drains), and raise the first again on their way out, here
+    term = SigtermAsCtrlC()
     args = None
     try:
         argv = sys.argv[1:] if argv is None else argv
         args = build_parser(named_command(argv)).parse_args(argv)
         command = commands[args.command]
-        with contextlib.nullcontext() if command.handles_sigterm else term:
+        with term:
             return command.run(args, console)
     except (UsageError, PluginError) as e:  # PluginError: a module RADIXFLOW_PLUGINS names
         return _ended(f"error: {e}", 2, e)

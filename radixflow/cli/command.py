@@ -29,9 +29,6 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Console], int]  # returns the exit code
-    # SIGTERM is the command's own to handle (`serve`: uvicorn drains); any other takes it as a
-    # Ctrl-C (`cli.app.main`)
-    handles_sigterm: bool = False
 
 
 # the notes of a command that ended leaving its engine thread behind, in a round: serve's (its

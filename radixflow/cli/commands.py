@@ -62,8 +62,8 @@ class _Run:
         return importlib.import_module(self.module).run(args, console)
 
 
-def _command(name: str, help: str, flags: str | None = None, handles_sigterm: bool = False) -> Command:
-    return Command(name, help, _Declare(name, flags), _Run(name), handles_sigterm)
+def _command(name: str, help: str, flags: str | None = None) -> Command:
+    return Command(name, help, _Declare(name, flags), _Run(name))
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -75,8 +75,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("experiment", EXPERIMENT_HELP, "radixflow.experiments.command"),
     _command("generate", "generate text with a model (offline, no server)", "radixflow.cli.generate_flags"),
     _command("score", "rank candidates by their logprob after one shared context (offline)"),
-    # SIGTERM is serve's own: uvicorn drains
-    _command("serve", "serve a model over an OpenAI-compatible HTTP API", handles_sigterm=True),
+    _command("serve", "serve a model over an OpenAI-compatible HTTP API"),
     _command(
         "run-batch",
         "run an OpenAI batch file (completions, chat, score) through the server's routes, offline",

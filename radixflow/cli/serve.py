@@ -122,22 +122,22 @@ class Stoppable(Protocol):
 
 
 def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
-    """Run ``server`` until it is stopped; 0 (a Ctrl-C raises KeyboardInterrupt, as ever).
+    """Run ``server`` until it is stopped; 0. A Ctrl-C, SIGTERM or SIGHUP it drained on is raised
+    again as it ends (a KeyboardInterrupt: the CLI's one line and the signal's exit code).
 
     Unless it left its engine thread behind, stuck in a round (`Server.engine_left`): its clients
-    have their answers, and the process ends here, with its one line, without the interpreter's
-    shutdown, which would wait on that thread or abort under it (a torch call returning into a
-    finalizing interpreter)."""
+    have their answers, and the process ends without the interpreter's shutdown, which would wait
+    on that thread or abort under it (a torch call returning into a finalizing interpreter): the
+    interrupt carries `ENGINE_LEFT` (the CLI ends the process with its line), or, stopped without
+    one, the process ends here with its line."""
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        if not server.engine_left:
-            raise
-        said, code = "interrupted", 130
-    else:
-        if not server.engine_left:
-            return 0
-        said, code = "stopped", 0
-    print(f"radixflow: {said}; {ENGINE_LEFT}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt as e:
+        if server.engine_left:
+            e.add_note(ENGINE_LEFT)
+        raise
+    if not server.engine_left:
+        return 0
+    print(f"radixflow: stopped; {ENGINE_LEFT}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(code)
+    os._exit(0)

@@ -536,10 +536,11 @@ def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_wa
 @pytest.mark.parametrize(
     ("sig", "said", "code"), [(signal.SIGTERM, "terminated", 143), (signal.SIGHUP, "hung up", 129)]
 )
-def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsys, sig, said, code):
+def test_sigterm_stops_every_command_as_ctrl_c_does(monkeypatch, capsys, sig, said, code):
     """SIGTERM ended `score --input`, `run-batch`, `bench`, ... at once, exit 143 with no word and
-    no cleanup; now main takes it as a Ctrl-C (one line, exit 143). `serve` keeps uvicorn's own
-    handling: no handler of main's is installed while it runs. SIGHUP (the terminal closed) too."""
+    no cleanup; now main takes it as a Ctrl-C (one line, exit 143), `serve` too (its server's own
+    handlers take over while it serves: tests/cli/test_serve_signals.py). SIGHUP (the terminal
+    closed) too."""
     import argparse
     import dataclasses
 
@@ -550,8 +551,7 @@ def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsy
     def probe(name):
         def run(args, console):
             seen[name] = signal.getsignal(sig)
-            if name != "serve":
-                os.kill(os.getpid(), sig)
+            os.kill(os.getpid(), sig)
             return 0
 
         return run
@@ -570,11 +570,8 @@ def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsy
     for command in commands:
         got = app.main([command.name])
         err = capsys.readouterr().err
-        if command.name == "serve":
-            assert (got, err, seen["serve"]) == (0, "", before)
-        else:
-            assert (got, err) == (code, f"radixflow: {said}\n"), command.name
-            assert seen[command.name] is not before
+        assert (got, err) == (code, f"radixflow: {said}\n"), command.name
+        assert seen[command.name] is not before
         assert signal.getsignal(sig) is before
 
 
@@ -920,9 +917,10 @@ def test_score_rows_are_written_in_input_order_as_each_context_finishes():
 
 
 LEFT_BEHIND = """
-import sys, threading
+import signal, sys, threading
 import torch
-from radixflow.cli.serve import serve_until_stopped
+import radixflow.cli.serve as serve
+from radixflow.cli.app import main
 
 class Server:  # a server that left its engine thread behind, still in torch
     engine_left = True
@@ -930,23 +928,28 @@ class Server:  # a server that left its engine thread behind, still in torch
     def run(self, sockets=None):
         a = torch.randn(512, 512)
         threading.Thread(target=lambda: [a @ a for _ in iter(int, 1)], daemon=True).start()
+        if {sig}:
+            signal.raise_signal({sig})  # taken as a Ctrl-C
         raise KeyboardInterrupt
 
-sys.exit(serve_until_stopped(Server(), None))
+serve.run = lambda args, console: serve.serve_until_stopped(Server(), None)
+sys.exit(main(["serve", "llama-tiny"]))
 """
 
 
-def test_serve_exits_with_one_line_when_it_left_its_stuck_engine_behind():
+@pytest.mark.parametrize(("sig", "said"), [(0, "interrupted"), (signal.SIGTERM, "terminated")])
+def test_serve_exits_with_one_line_when_it_left_its_stuck_engine_behind(sig, said):
     # the server answered the stuck engine's requests and returned, but the interpreter's exit
     # then ran under the engine thread: one in torch aborts it ("terminate called", exit 134)
     pytest.importorskip("torch")
     env = checkout_env()
+    script = LEFT_BEHIND.format(sig=int(sig))
     done = subprocess.run(
-        [sys.executable, "-c", LEFT_BEHIND], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
     )
-    assert done.returncode == 130, done.stderr
+    assert done.returncode == (128 + sig if sig else 130), done.stderr
     assert done.stderr.splitlines() == [
-        "radixflow: interrupted; the engine was stuck in a round: its requests were answered with 503 "
+        f"radixflow: {said}; the engine was stuck in a round: its requests were answered with 503 "
         "and it was left behind"
     ]
 

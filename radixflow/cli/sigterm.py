@@ -25,7 +25,8 @@ class SigtermAsCtrlC:
     """While entered (on the main thread, where Python delivers signals), a SIGTERM or SIGHUP is
     handed to the Ctrl-C handler of the moment (Python's, or one holding it off, or asyncio's) as
     a SIGINT would be; ``came`` says one came, ``signum`` which (the first). Leaving restores the
-    handlers it found. A signal ignored when it is entered (``nohup``'s SIGHUP) stays ignored."""
+    handlers it found. A signal ignored when it is entered (``nohup``'s SIGHUP) stays ignored, and
+    one whose handler was set outside Python keeps it."""
 
     def __init__(self) -> None:
         self.came = False
@@ -36,8 +37,9 @@ class SigtermAsCtrlC:
         if threading.current_thread() is not threading.main_thread():
             return self
         for sig in TAKEN:
-            # a process started with the signal ignored (by whoever started it) keeps ignoring it
-            if signal.getsignal(sig) is not signal.SIG_IGN:
+            # a process started with the signal ignored (by whoever started it) keeps ignoring it;
+            # one handled outside Python (None) keeps that handler: Python could not restore it
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
                 self._before[sig] = signal.signal(sig, self._on_signal)
         return self
 

@@ -73,13 +73,15 @@ class Server(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """uvicorn's, with SIGHUP beside SIGINT and SIGTERM: uvicorn leaves it to the system, which
         ended the process at once, every accepted request lost. A SIGHUP ignored when serving starts
-        (``nohup``'s) stays ignored. Once drained, the first signal that came is raised again under
-        the handler the process had (the system's SIGHUP: exit 129): the exit is the first's."""
+        (``nohup``'s) stays ignored; a handler set outside Python (`signal.getsignal` None) is left
+        in place, as Python could not put it back. Once drained, the first signal that came is
+        raised again under the handler the process had (the system's SIGHUP: exit 129): the exit
+        is the first's."""
         if threading.current_thread() is not threading.main_thread():  # none can be set there
             yield
             return
-        taken = [*HANDLED_SIGNALS]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        taken = [sig for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not None]
+        if signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, None):
             taken.append(signal.SIGHUP)
         before = {sig: signal.signal(sig, self.handle_exit) for sig in taken}
         try:

@@ -85,3 +85,43 @@ def test_a_server_drained_by_a_signal_ends_with_one_line_and_its_code(zoo, monke
         code = main(SERVE)
     assert code == 128 + sig
     assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: {said}"
+
+
+@contextmanager
+def set_outside_python(monkeypatch: pytest.MonkeyPatch, sig: int) -> Iterator[None]:
+    """As where ``sig``'s handler was installed before Python's own (a program embedding Python):
+    `signal.getsignal` says None, and so does `signal.signal` of what it replaces. A stand-in
+    handler takes its place here, to be found back on the way out."""
+    real_signal, real_getsignal = signal.signal, signal.getsignal
+
+    def stand_in(signum: int, frame: object) -> None:
+        pass
+
+    before = real_signal(sig, stand_in)
+
+    def shown(handler: object) -> object:
+        return None if handler is stand_in else handler
+
+    monkeypatch.setattr(signal, "getsignal", lambda s: shown(real_getsignal(s)))
+    monkeypatch.setattr(signal, "signal", lambda s, h: shown(real_signal(s, h)))
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        assert real_getsignal(sig) is stand_in, "the handler set outside Python was replaced"
+        real_signal(sig, before)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_handler_set_outside_python_is_left_in_place(monkeypatch, sig):
+    """Where a signal's handler was set outside Python (`signal.getsignal` None), restoring it
+    on the way out, `signal.signal(sig, None)`, raised TypeError: the command's exit a traceback.
+    Now such a handler is left alone, as an ignored signal is."""
+    from radixflow.cli.sigterm import SigtermAsCtrlC
+    from radixflow.server.serve import Server
+
+    server = Server(uvicorn.Config(lambda *a: None), state=None)  # type: ignore[arg-type]
+    with set_outside_python(monkeypatch, sig):
+        with SigtermAsCtrlC() as term, server.capture_signals():
+            assert signal.getsignal(sig) is None
+        assert not term.came and not server.should_exit

@@ -92,6 +92,11 @@ class ServerMetrics:
         self.pending = self._gauge(
             "requests_pending", "accepted requests not yet answered (the bounded queue)"
         )
+        self.tokenizing = self._gauge(
+            "requests_tokenizing",
+            "prompts past the queue check still being tokenized; --max-pending is checked against "
+            "these and requests_pending together",
+        )
 
     def _declare_cache(self) -> None:
         self.namespaces = self._gauge(
@@ -185,6 +190,10 @@ class ServerMetrics:
         """Accepted requests not yet answered: the bounded queue a 429 is decided on (set as it
         changes, by whichever thread changes it, under the lock that guards the count)."""
         self.pending.set(pending)
+
+    def on_tokenizing(self, prompts: int) -> None:
+        """Prompts (each choice one) of requests still being tokenized: ``prompts`` now."""
+        self.tokenizing.set(prompts)
 
     def on_cache(
         self,

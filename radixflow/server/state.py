@@ -237,10 +237,12 @@ class ServerState:
         with self._refusals():
             self.loop.check_open(counted, self._reading)
         self._reading += counted
+        self.metrics.on_tokenizing(self._reading)
         try:
             yield
         finally:
             self._reading -= counted
+            self.metrics.on_tokenizing(self._reading)
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         with self._refusals():

@@ -22,3 +22,32 @@ def test_every_outcome_and_refusal_is_a_series_at_zero_before_the_first_one():
     assert samples(metrics, "radixflow_requests_rejected_total") == dict.fromkeys(REJECTIONS, 0.0)
     text = metrics.render()[0].decode()
     assert 'radixflow_requests_total{outcome="aborted"} 0.0' in text
+
+
+class _OpenLoop:
+    """An engine loop that refuses nothing (`ServerState.admitting` asks it)."""
+
+    def check_open(self, adding: int = 1, reading: int = 0) -> None:
+        pass
+
+
+def test_prompts_still_being_tokenized_have_a_gauge_of_their_own():
+    """A 429 is decided on the requests pending and the prompts other requests are still
+    tokenizing (`ServerState.admitting`), but only the first had a series: a server refusing
+    with `radixflow_requests_pending` well below --max-pending looked wrong. Now the second is
+    `radixflow_requests_tokenizing`; the two together are what the limit is checked against."""
+    from types import SimpleNamespace
+
+    from radixflow.server.state import Backend, ServerConfig, ServerState
+
+    info = SimpleNamespace(max_context=64)
+    backend = Backend("m", None, info, lambda r: None, lambda n: n, lambda m: _OpenLoop())  # type: ignore[arg-type]
+    state = ServerState(backend, ServerConfig(tokenizer_threads=1, long_text_threads=1))
+    gauge = state.metrics.registry.get_sample_value
+    try:
+        assert gauge("radixflow_requests_tokenizing") == 0
+        with state.admitting(3), state.admitting(2):
+            assert gauge("radixflow_requests_tokenizing") == 5
+        assert gauge("radixflow_requests_tokenizing") == 0
+    finally:
+        state.close()

@@ -115,6 +115,8 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         args.clock or default_clock(args.device),
         kept=args.keep,
         dtype=args.dtype,
+        kernels=args.kernels,
+        matmul=args.matmul,
     )
 
 

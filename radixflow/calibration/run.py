@@ -31,6 +31,10 @@ class CalibrationPlan:
     seed: int = 1
     kept: str = "min"  # which of a round's repeated timings the fit takes (`timing.KEPT`)
     dtype: str = "float32"  # the runner's weights and activations (a key of `DTYPE_BYTES`)
+    # the torch runner's decode kernels and matmul plan, as --kernels and --matmul take them: the
+    # stored profile is keyed by what they resolve to, so a run on others finds it only if timed so
+    kernels: str = "auto"
+    matmul: str = "auto"
 
 
 # bytes per weight and KV element of each dtype the torch runner computes in
@@ -82,6 +86,8 @@ def calibrate(
             plan.kept,
             plan.dtype,
             runners,
+            kernels=plan.kernels,
+            matmul=plan.matmul,
         )
     profile, errors = refit(name, timed, shapes, plan.device, plan.dtype)
     if profile.calibration is not None:

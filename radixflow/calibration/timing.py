@@ -135,10 +135,13 @@ def time_batches(
     kept: str = "min",
     dtype: str = "float32",
     settings: dict[str, RunnerSettings] | None = None,
+    kernels: str = "auto",
+    matmul: str = "auto",
 ) -> list[TimedBatch]:
     """Each batch's worker-call times (``kept``: the figure of them the fit takes, `KEPT`); each
     repeat times every batch, in a fresh order. ``settings``, where given, gets the kernels and
-    matmul routes the runner resolved, under ``model``: what the rounds were timed on. The runner
+    matmul routes the runner resolved (from ``kernels`` and ``matmul``, as `TorchRunner` takes
+    them), under ``model``: what the rounds were timed on. The runner
     predicts nothing here: its predictor's bookkeeping (a round's terms before the call, a refit
     after) is outside the engine clock's worker call, so timing it would price every round over
     what the engine charges for it."""
@@ -161,6 +164,8 @@ def time_batches(
             dtype=getattr(torch, dtype),
             label=model,
             predict_rounds=False,
+            matmul=matmul,
+            kernels=kernels,
         )
         if settings is not None:
             settings[model] = runner.settings()

@@ -25,7 +25,8 @@ from radixflow.problems import ProblemError
 from radixflow.user_paths import expand_home
 
 # the engine options calibration uses: declared, checked and defaulted as every command does
-ENGINE_OPTIONS = ("device", "torch_threads", "dtype")
+# (the kernels and matmul routes too: the profile stored is keyed by what they resolve to)
+ENGINE_OPTIONS = ("device", "torch_threads", "dtype", "kernels", "matmul")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     args.device = options.device
     args.dtype = calibration_dtype(options)  # auto resolved on the device, as the runner resolves it
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
+    args.kernels, args.matmul = options.kernels, options.matmul
     out = args.out or default_out(options.device)
     check_output_paths({"--out": out}, {})  # before minutes of timing
     refuse_out_in_checkpoint(out, args.model, model_spelling(args))

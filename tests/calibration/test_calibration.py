@@ -146,7 +146,7 @@ def test_the_profile_names_the_machine_it_was_measured_on(zoo, monkeypatch):
     from radixflow.calibration import run
     from radixflow.runners.profile_store import RunnerSettings, processor_name
 
-    def timed(model, device, batches, repeats, threads, on_batch, clock, kept, dtype, settings):
+    def timed(model, device, batches, repeats, threads, on_batch, clock, kept, dtype, settings, **runner):
         cost = CostModel(run.model_shape(model), HARDWARE["cpu"])
         settings[model] = RunnerSettings("torch", None)
         return [TimedBatch(model, b.split, b.chunks, cost.round_seconds(b.chunks)) for b in batches]

@@ -1,8 +1,10 @@
 """Binding the server's socket before anything slow happens, so a bad ``--host`` or a port in use
 is one line naming the flag, not uvicorn's traceback after the model has loaded.
 
-The bound socket is handed to uvicorn (`uvicorn.Server.run(sockets=...)`), so nothing can take the
-port between this check and its use.
+The socket listens from then on and is handed to uvicorn (`uvicorn.Server.run(sockets=...)`), so
+nothing can take the port between this check and its use: bound alone, with address reuse on (as
+uvicorn sets it), a second server bound the port too while the first loaded its model, and both
+listened on it. A connection made while the model loads waits in the backlog for its answer.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import socket
 
 from radixflow.problems import Problem, ProblemError
 
+LISTEN_BACKLOG = 2048  # uvicorn's default backlog: the connections waiting to be accepted
+
 
 def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host``:``port`` (not yet listening). Raises `ProblemError` naming
+    """A TCP socket bound to ``host``:``port``, listening. Raises `ProblemError` naming
     ``host`` (cannot be resolved, or is not an address of this machine) or ``port`` (in use, or
     not ours to take)."""
     try:
@@ -29,6 +33,7 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart binds
         sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)  # now: a port only bound is one another such socket may bind
     except OSError as e:
         sock.close()
         raise ProblemError(_bind_problem(host, port, e)) from None

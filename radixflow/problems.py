@@ -88,8 +88,25 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
         if len(digits) > limit:
             return f"{'-' if value < 0 else ''}{digits[:12]}...{digits[-4:]} ({len(digits)} digits)"
         return str(value)
-    text = repr(value)
+    text = _repr(value, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _repr(value: object, limit: int) -> str:
+    """``repr(value)``; a list or tuple holding an integer Python will not spell (repr raises) is
+    spelled item by item as `shown` says each, until past ``limit``."""
+    try:
+        return repr(value)
+    except ValueError:
+        if not isinstance(value, list | tuple):
+            raise
+    parts: list[str] = []
+    for item in value:
+        parts.append(shown(item, limit))
+        if sum(len(p) + 2 for p in parts) > limit:
+            break
+    ends = "[]" if isinstance(value, list) else "()"
+    return ends[0] + ", ".join(parts) + ends[1]
 
 
 def _digits(n: int) -> str | None:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from radixflow.scheduler.sampling_checks import shown
+
 Sequences = tuple[tuple[int, ...], ...]
 
 
@@ -78,4 +80,5 @@ def sequences_problem(sequences: object, empty_ok: bool) -> str | None:
     ok = ok and all(isinstance(c, tuple) and len(c) > 0 for c in sequences)  # type: ignore[union-attr]
     ok = ok and all(isinstance(t, int) and not isinstance(t, bool) for c in sequences for t in c)  # type: ignore[union-attr]
     lists = "a list" if empty_ok else "a non-empty list"
-    return None if ok else f"must be {lists} of non-empty token-id lists, got {sequences!r}"
+    # quoted as lists and cut (`shown`): repr spelled a 5000-digit id, and raised doing it
+    return None if ok else f"must be {lists} of non-empty token-id lists, got {shown(sequences)}"

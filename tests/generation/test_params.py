@@ -296,3 +296,13 @@ def test_a_truncation_past_what_python_spells_is_said_against_the_context():
         str(problem)
         == "truncate_prompt_tokens: an integer of 5001 digits is more than the model context of 8192"
     )
+
+
+@pytest.mark.parametrize("field", ["token_choices", "bad_token_sequences"])
+@pytest.mark.parametrize("value", [(HUGE,), [HUGE], (1, 2) * 40])
+def test_token_sequences_of_the_wrong_shape_are_quoted_short_as_lists(field, value):
+    # a flat list holding a 5000-digit id was quoted with repr: ValueError ("Exceeds the limit
+    # (4300 digits)") out of the check meant to refuse it; a long one was quoted whole, as a tuple
+    problem = SamplingParams(**{field: value}).problem()
+    assert problem is not None and problem.param == field
+    assert "\n" not in str(problem) and len(str(problem)) < 120 and "(" not in problem.message, problem

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,8 +20,10 @@ from starlette.routing import Match
 
 from radixflow.generation.params import STOP_SHAPE
 from radixflow.generation.tokenizer import TextTooLong
+from radixflow.options.numerals import Written
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
 from radixflow.scheduler.sampling_checks import bias_name
+from radixflow.server.json_body import as_typed
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
@@ -98,14 +101,18 @@ def error_body(
 
 
 def validation_message(
-    exc: RequestValidationError, content_type: str | None = None
+    exc: RequestValidationError, content_type: str | None = None, scope: Mapping[str, Any] | None = None
 ) -> tuple[str, str | None]:
     """One line for the first problem pydantic found, and the parameter it concerns;
-    ``content_type``: the request's header (FastAPI parses a body as JSON only when it says so)."""
+    ``content_type``: the request's header (FastAPI parses a body as JSON only when it says so);
+    ``scope``: the request's, where its body is kept (a number quoted as typed, `as_typed`)."""
     errors = exc.errors()
     if not errors:
         return "invalid request", None
     first = errors[0]
+    if scope is not None and "input" in first:
+        loc = [p for p in first.get("loc", ()) if p != "body"]
+        first = {**first, "input": as_typed(scope, loc, first["input"])}
     if first.get("type") == "json_invalid":
         detail = first.get("ctx", {}).get("error", "")
         return f"malformed JSON body: {detail}".rstrip(": "), None
@@ -156,6 +163,8 @@ def _shown(value: Any) -> str:
         return f"{'a list' if isinstance(value, list) else 'an object'} of {len(value)} items"
     if isinstance(value, str) and len(value) > 40:
         value = value[:40]
+    if isinstance(value, Written):  # as typed (1e400): JSON spells it "Infinity"
+        return repr(value)
     try:
         text = json.dumps(value, ensure_ascii=True)
     except (TypeError, ValueError):  # not a JSON value after all
@@ -190,7 +199,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(exc, request.headers.get("content-type"))
+        message, param = validation_message(exc, request.headers.get("content-type"), request.scope)
         return ApiError(400, message, param).response()
 
     @app.exception_handler(HTTPException)

@@ -16,8 +16,9 @@ for a long body, on the event loop, that every other client waits behind.
 from __future__ import annotations
 
 import json
+import math
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -27,8 +28,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixflow.jsonl import TOO_DEEP
+from radixflow.options.numerals import Written, written_float
 
 TOO_LONG_INTEGER = "an integer has more than {} digits"
+BODY = "radixflow.json_body"  # the scope key a parsed body's bytes are kept under (`as_typed`)
 
 
 def parse_json(body: bytes) -> Any:
@@ -61,8 +64,26 @@ class FastJsonRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = parse_json(await self.body())
+            body = await self.body()
+            self.scope[BODY] = body  # the error handler's own Request shares the scope, not this
+            self._json = parse_json(body)
         return self._json
+
+
+def as_typed(scope: Mapping[str, Any], loc: Sequence[Any], value: Any) -> Any:
+    """``value``, found at ``loc`` in the request's body, as the client typed it where it is a
+    number no float holds (``1e400``, which the parser reads as inf): a `Written`, so a refusal
+    quotes it as a flag's or a TOML cell's does, not as ``Infinity``. The body is parsed again
+    for it, on a refusal only; ``value`` itself where it is anything else."""
+    if not (isinstance(value, float) and math.isinf(value)) or BODY not in scope:
+        return value
+    try:
+        found = json.loads(scope[BODY], parse_float=written_float)
+        for key in loc:
+            found = found[key]
+    except (ValueError, RecursionError, LookupError, TypeError):
+        return value
+    return found if isinstance(found, Written) else value
 
 
 class FastJsonRoute(APIRoute):

@@ -159,6 +159,13 @@ AS_USERS_SENT_THEM = [
     (CMPL, '"prompt": [true, false]', "prompt", "prompt must be a string, a list of token ids"),
     (CMPL, '"prompt": "a", "temperature": NaN', "temperature", "temperature: must be a finite number"),
     (CMPL, '"prompt": "a", "top_p": 1e999', "top_p", "top_p: must be a finite number"),
+    # a number no float holds is quoted as typed, as a flag or a TOML cell quotes it (was "Infinity")
+    (CMPL, '"prompt": "a", "top_p": 1e400', "top_p", "top_p: must be a finite number, got 1e400"),
+    (CHAT, HI + '"temperature": -2.5E+400', "temperature",
+     "temperature: must be a finite number, got -2.5E+400"),
+    (CMPL, '"prompt": "a", "logit_bias": {"5": 1e400}', "logit_bias",
+     "logit_bias: token 5's bias must be a finite number, got 1e400"),
+    (CMPL, '"prompt": "a", "top_p": -Infinity', "top_p", "top_p: must be a finite number, got -Infinity"),
     (CMPL, '"prompt": "a", "stream": true, "stream_options": 5', "stream_options",
      "stream_options: must be an object, got 5"),  # was pydantic's "Input should be a valid dictionary..."
     (CMPL, '"prompt": "a", "structured_outputs": ["a"]', "structured_outputs",

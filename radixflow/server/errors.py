@@ -24,7 +24,7 @@ from radixflow.options.numerals import Written
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
 from radixflow.scheduler.sampling_checks import bias_name
 from radixflow.server.json_body import as_typed
-from radixflow.server.strict import SURROGATE, UNSUPPORTED
+from radixflow.server.strict import INVALID, SURROGATE, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
 
@@ -129,7 +129,7 @@ def validation_message(
     param, where = str(loc[0]), _path(loc)
     if kind == "missing":
         return f"missing required parameter: {where}", param
-    if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
+    if kind in (SURROGATE, UNSUPPORTED, INVALID):  # our own checks: the message is written to follow the name
         return f"{where}{first.get('ctx', {}).get('path', '')}: {first.get('msg')}", param
     if param in SAMPLING_SHAPES:  # one line for the union, as the engine's check says it
         return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param

@@ -8,9 +8,11 @@ or refused (the tables in `refused`).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from radixflow.generation.params import SamplingParams, unsent_max_tokens
 from radixflow.scheduler.sampling import alternatives_problem
@@ -21,7 +23,7 @@ from radixflow.server.refused import (
     STREAM_REFUSED,
     STRUCTURED,
 )
-from radixflow.server.strict import Refused, StrictBody, declaring
+from radixflow.server.strict import INVALID, Refused, StrictBody, declaring
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
@@ -84,6 +86,20 @@ class _Generate(StrictBody):
     cache_salt: str | None = None  # the namespace: requests with different salts never share a prefix
     request_id: str | None = None  # vLLM extension: the response id, unless X-Request-Id names one
     user: str | None = None  # IGNORED
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _bias_keys_in_order(cls, value: Any) -> Any:
+        """Each key that is no token id refused in the keys' order, before a wrong value after it
+        (or its own): pydantic checks the values, which come first to it. From the first wrong
+        value on, pydantic's error is the one said."""
+        for key, bias in value.items() if isinstance(value, dict) else ():
+            why = _key_problem(key)
+            if why is not None:
+                raise PydanticCustomError(INVALID, "{why}", {"why": why})
+            if isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias):
+                break
+        return value
 
     def sampling(self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None) -> SamplingParams:
         """The request's `SamplingParams`; ApiError 400 naming the parameter when one is invalid.
@@ -236,12 +252,20 @@ def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
     a key that is not a token id."""
     pairs = []
     for key, value in bias.items():
-        # decimal ASCII digits only: int() also reads " 3", "1_0" and other scripts' digits
-        if TOKEN_ID_KEY.fullmatch(key) is None:
-            shown = repr(key) if len(key) <= 40 else f"{key[:40]!r}..."  # one line, however long
-            raise ApiError(400, f"logit_bias: keys must be token ids, got {shown}", "logit_bias")
+        why = _key_problem(key)
+        if why is not None:
+            raise ApiError(400, f"logit_bias: {why}", "logit_bias")
         pairs.append((int(key), value))
     return tuple(pairs)
+
+
+def _key_problem(key: str) -> str | None:
+    """Why ``key`` is no token id as a ``logit_bias`` key (None: it is one)."""
+    # decimal ASCII digits only: int() also reads " 3", "1_0" and other scripts' digits
+    if TOKEN_ID_KEY.fullmatch(key) is not None:
+        return None
+    shown = repr(key) if len(key) <= 40 else f"{key[:40]!r}..."  # one line, however long
+    return f"keys must be token ids, got {shown}"
 
 
 def _check_alternatives(param: str, k: int | None) -> None:

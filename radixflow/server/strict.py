@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 SURROGATE = "surrogate"  # pydantic error types raised here (errors.py turns them into one line)
 UNSUPPORTED = "unsupported"
+INVALID = "invalid"  # a value a field's own check refuses: the message follows the field's name
 
 
 @dataclass(frozen=True)

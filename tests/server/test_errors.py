@@ -122,6 +122,18 @@ BAD_COMPLETIONS = [
     ("logit_bias text", {"logit_bias": {"5": "x"}}, 'logit_bias: token 5\'s bias must be a number, got "x"'),
     ("logit_bias null", {"logit_bias": {"5": None}}, "logit_bias: token 5's bias must be a number, got null"),
     ("logit_bias bool", {"logit_bias": {"5": True}}, "logit_bias: token 5's bias must be a number, got true"),
+    # in the keys' order, a key before its value (pydantic checked every value first)
+    ("key, bad value", {"logit_bias": {"the": "x"}}, "logit_bias: keys must be token ids, got 'the'"),
+    (
+        "logit_bias key, then a bad value",
+        {"logit_bias": {"the": 1, "5": "x"}},
+        "logit_bias: keys must be token ids, got 'the'",
+    ),
+    (
+        "logit_bias bad value, then a key",
+        {"logit_bias": {"5": "x", "the": 1}},
+        'logit_bias: token 5\'s bias must be a number, got "x"',
+    ),
     (
         "logit_bias token",
         {"logit_bias": {"512": 1}},

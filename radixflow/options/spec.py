@@ -8,6 +8,7 @@ field-by-field check (`fields_problem`) all read that one declaration.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -156,9 +157,22 @@ def in_bytes(value: int | str) -> int | Problem:
     return value if isinstance(value, int) else parse_size(value)
 
 
+def floats_as_floats(options: Any) -> None:
+    """Hold each float field of ``options`` (a frozen options dataclass, from its
+    ``__post_init__``) given an integer as the float it is: ``LLM(tflops=100)`` and a TOML cell's
+    ``tflops = 100`` as ``--tflops 100`` holds it, so no record or JSON says 100 at one door and
+    100.0 at another. A bool, or an integer no float holds, stays as it is, for the check."""
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if spec_of(f).kind is float and type(value) is int and abs(value) <= sys.float_info.max:
+            object.__setattr__(options, f.name, float(value))
+
+
 def sizes_in_bytes(options: Any) -> None:
     """Check ``options`` (a frozen options dataclass, from its ``__post_init__``: a door that makes
-    it directly is refused as the flags are) and hold each `Bytes` field given as text in bytes."""
+    it directly is refused as the flags are) and hold each `Bytes` field given as text in bytes
+    (and each float field given an integer as a float: `floats_as_floats`)."""
+    floats_as_floats(options)
     problem = fields_problem(options)
     if problem is not None:
         raise ProblemError(problem)

@@ -325,3 +325,18 @@ def test_numbers_of_numpy_are_the_numbers_they_are_at_the_mapping_door():
         EngineOptions.from_mapping({"kv_blocks": np.float64(4.5)})
     with pytest.raises(ProblemError, match=r"^kv_blocks: must be an integer"):
         EngineOptions.from_mapping({"kv_blocks": np.bool_(True)})  # a bool is no count, numpy's neither
+
+
+def test_a_float_option_given_an_integer_holds_a_float_at_every_door():
+    # LLM(tflops=100), a TOML cell's tflops = 100 and ServerConfig(drain_s=30) held the int, where
+    # --tflops 100 holds 100.0: a record or JSON said 100 at one door and 100.0 at another
+    from radixflow.server.config import ServerConfig
+
+    for made in (EngineOptions.from_mapping({"tflops": 100}), EngineOptions(tflops=100)):
+        assert type(made.tflops) is float and made.tflops == 100.0
+        assert made.validate() is None
+    drain = ServerConfig(drain_s=30).drain_s
+    assert type(drain) is float and drain == 30.0
+    huge = EngineOptions(tflops=10**400)  # no float holds it: kept, for the check to refuse as typed
+    assert huge.tflops == 10**400 and "must be a finite number" in str(huge.validate())
+    assert EngineOptions(tflops=True).validate() is not None  # a bool is still no number

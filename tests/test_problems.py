@@ -60,7 +60,8 @@ def test_a_huge_value_is_shown_cut_not_digit_by_digit():
     assert problem is not None and problem.message.endswith("got an integer of 5001 digits"), problem
     problem = EngineOptions(model="qwen3_5-2b", kv_blocks=10**300).validate()
     assert problem is not None and problem.message.endswith("got 100000000000...0000 (301 digits)"), problem
-    problem = EngineOptions(model="qwen3_5-2b", cache_memory=10**5000).validate()  # a string option
-    assert problem is not None and problem.message == "must be a string, got an integer of 5001 digits"
+    problem = EngineOptions(model="qwen3_5-2b", cache_memory=10**5000).validate()  # bytes, or a size's text
+    said = "must be from 1B to 1024TiB, got an integer of 5001 digits"
+    assert problem is not None and problem.message == said
     problem = number_problem("rate", "y" * 100)
     assert problem is not None and len(problem.message) < 80, problem

@@ -24,7 +24,7 @@ from radixflow.options.choice import RunnerChoice
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.machine import no_memory
 from radixflow.options.runners import choose_runner, name_problem
-from radixflow.options.sizes import parse_size
+from radixflow.options.spec import in_bytes
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.request import Request
@@ -124,7 +124,7 @@ class EnginePlan:
         )
         if o.cache_memory is None:
             return config
-        budget = parse_size(o.cache_memory)
+        budget = in_bytes(o.cache_memory)  # bytes as given, or a size's text
         assert isinstance(budget, int), "cache_memory is validated with the options"
         entry = self.choice.entry_bytes(o.block_size)
         caps = budget_caps(budget, entry, o.kv_blocks, o.state_slots if self.choice.has_recurrent else 0)

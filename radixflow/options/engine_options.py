@@ -24,7 +24,6 @@ from radixflow.options.machine import (
 from radixflow.options.model_options import ModelOptions
 from radixflow.options.scheduler_options import SchedulerOptions
 from radixflow.options.sim_options import SimOptions, hardware_problem
-from radixflow.options.sizes import size_problem
 from radixflow.options.spec import check_value, checked, fields_problem, floats_as_floats, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
@@ -88,7 +87,6 @@ class EngineOptions(SimOptions, SchedulerOptions, ModelOptions):
             or (threads_problem(self.torch_threads) if local else None)
             or plan_problem(self.matmul)
             or (bookkeeping_problem(self.kv_blocks, self.state_slots) if local else None)
-            or size_problem("cache_memory", self.cache_memory)
             or output_problem("trace_out", self.trace_out)
             or hardware_problem(self.hardware)
         )

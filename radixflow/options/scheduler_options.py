@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
+from radixflow.options.sizes import MAX_MEMORY, Bytes
 from radixflow.options.spec import option
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.config import SchedulerConfig
@@ -111,13 +112,15 @@ class SchedulerOptions:
         group="scheduler",
         metavar="N",
     )
-    cache_memory: str | None = option(
+    cache_memory: int | str | None = option(
         None,
         "one memory budget for the cache, shared on demand by KV blocks and recurrent-state "
-        "checkpoints, each charged at its real size: bytes with a unit, e.g. 2GiB, 512MB, 300M "
-        "(M, G: powers of 1000; Mi, Gi: of 1024); kv_blocks and state_slots then only cap each kind "
-        "(default: no shared budget, the two capacities alone)",
-        str,
+        "checkpoints, each charged at its real size: bytes, or a size with a unit, e.g. 2GiB, 512MB, "
+        "300M (M, G: powers of 1000; Mi, Gi: of 1024); kv_blocks and state_slots then only cap each "
+        "kind (default: no shared budget, the two capacities alone)",
+        Bytes,  # an integer of bytes (LLM(...), a TOML cell) as max_body_bytes takes one; held as given
+        low=1,
+        high=MAX_MEMORY,
         group="scheduler",
         metavar="SIZE",
     )

@@ -54,14 +54,6 @@ def parse_size(text: str) -> int | Problem:
     return int(value)
 
 
-def size_problem(name: str, text: str | None) -> Problem | None:
-    """Why ``text`` is not a valid size for option ``name`` (None: it is, or it is not given). Pure."""
-    if text is None:
-        return None
-    parsed = parse_size(text)
-    return Problem(name, parsed.message) if isinstance(parsed, Problem) else None
-
-
 def show_size(n: int, at_least: bool = False) -> str:
     """``n`` bytes in the largest binary unit that keeps three significant digits; ``at_least``:
     rounded up, so the size shown (a least budget asked for) parses to ``n`` bytes or more. Pure."""

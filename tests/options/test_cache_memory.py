@@ -145,8 +145,7 @@ candidate_len = 16
     [
         ('"-1G"', "positive"),
         ('"1KiB"', "cannot hold one KV block"),
-        ("2147483648", "must be a str"),
-        ('"2\\u0000G"', "NUL"),
+        ('"2\\u0000G"', "like 2GiB"),  # as --max-body-bytes says it
         ('"abc"', "like 2GiB"),
     ],
 )
@@ -212,3 +211,18 @@ def test_a_size_of_a_thousand_units_or_more_is_not_said_in_exponent_notation():
     for n in [1023 * 1024 + 1000, 1000 * 1024, (1 << 50) - 1, 1023 * (1 << 30) + 7]:
         said, least = show_size(n), show_size(n, at_least=True)
         assert "e" not in said + least and parse_size(least) >= n, (n, said, least)
+
+
+def test_a_budget_in_bytes_is_taken_as_an_integer_at_every_door(tmp_path: Path):
+    # LLM(cache_memory=2**31) and a TOML cell's cache_memory = 2147483648 were refused ("must be
+    # a string"), where ServerConfig(max_body_bytes=4194304) takes an integer of bytes
+    for value in (2 << 30, "2GiB", "2147483648"):
+        options = EngineOptions.from_mapping({"cache_memory": value}, model="qwen3_5-2b", runner="sim")
+        plan = plan_engine(options)
+        assert plan.scheduler_config().cache_memory == 2 << 30, value
+    config = parse_config(tomllib.loads(CELL.format(value="2147483648")), "t.toml", tmp_path)
+    assert [c.settings["cache_memory"] for c in config.cells] == [2 << 30]
+    for value, says in ((0, "must be from 1B to 1024TiB, got 0"), (True, "must be a size like 2GiB")):
+        with pytest.raises(ProblemError) as e:
+            EngineOptions.from_mapping({"cache_memory": value})
+        assert e.value.problem.param == "cache_memory" and e.value.problem.message.startswith(says)

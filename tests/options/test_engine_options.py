@@ -13,6 +13,7 @@ from radixflow.options import EngineOptions, option_fields
 from radixflow.options import machine as machine_module
 from radixflow.options.engine_options import spec_of
 from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
+from radixflow.options.sizes import Bytes
 from radixflow.problems import Problem, ProblemError
 
 
@@ -20,7 +21,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
     assert EngineOptions().validate() is None
     for f in option_fields():
         spec = spec_of(f)
-        assert spec.help and spec.kind in (int, float, str), f.name
+        assert spec.help and spec.kind in (int, float, str, Bytes), f.name
         if spec.choices is not None and f.default is not None:  # a registry's names, default among them
             assert f.default in spec.choices(), f.name
 
@@ -118,7 +119,7 @@ def test_cache_bookkeeping_beyond_available_memory_is_refused(monkeypatch):
         ("token_budget", None, "must be given, got nothing"),
         ("fixed_cost_ms", "3", "must be a number, got '3'"),
         ("policy", 1, "must be a string, got 1"),  # it said "must be a str", Python's name
-        ("cache_memory", 2**31, "must be a string, got 2147483648"),
+        ("cache_memory", True, "must be a size like 2GiB, 512MB, 300M or 1073741824 (bytes), got True"),
         ("colour", "blue", "unknown option"),
     ],
 )
@@ -290,7 +291,6 @@ def test_this_machines_limits_are_not_checked_for_an_engine_built_elsewhere(monk
 @pytest.mark.parametrize(
     ("key", "value", "words"),
     [
-        ("cache_memory", 2**31, 'must be a string, got 2147483648 (quote it: "2147483648")'),
         ("model", 7, 'must be a string, got 7 (quote it: "7")'),  # a directory may be named 7
         # quoted, each is still refused ("unknown dtype '16'"): the hint led nowhere
         ("dtype", 16, "must be a string, got 16"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import itertools
 import os
 import signal
 import sys
@@ -44,10 +45,13 @@ FLAGS = {k: v for k, v in flag_spellings(EngineOptions, Listen, ServerConfig).it
 
 
 class _Parser(argparse.ArgumentParser):
+    _argv: tuple[str, ...] = ()  # what this parser was last asked to parse (`_dash_hint`)
+
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --repeat: ..." where an engine flag's check says "--kv-blocks:
         # ...": one wording for every flag
-        raise UsageError(message.removeprefix("argument "))
+        message = message.removeprefix("argument ")
+        raise UsageError(message + _dash_hint(message, self._argv))
 
     def parse_known_args(  # type: ignore[override]
         self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
@@ -55,6 +59,7 @@ class _Parser(argparse.ArgumentParser):
         # a command's model, given as MODEL or as --model, is settled here, where each command's
         # own arguments are parsed (a subparser's call): once, for every command that takes one
         namespace = argparse.Namespace() if namespace is None else namespace
+        self._argv = tuple(sys.argv[1:] if args is None else args)
         try:
             namespace, extras = super().parse_known_args(args, namespace)
         except UsageError as e:  # argparse's "required" message names a model missing too
@@ -62,6 +67,19 @@ class _Parser(argparse.ArgumentParser):
         if (problem := settle_model(namespace)) is not None:
             self.error(problem)
         return namespace, extras
+
+
+def _dash_hint(message: str, argv: tuple[str, ...]) -> str:
+    """How to give the value a flag went without, where argparse read it as a flag of its own
+    (``--logit-bias -1=2``: "expected one argument"): as ``--logit-bias=-1=2``; "" elsewhere."""
+    flags, _, why = message.partition(": ")
+    if why != "expected one argument":
+        return ""
+    spellings = flags.split("/")
+    for word, after in itertools.pairwise(argv):
+        if word in spellings and after.startswith("-") and after != "--":
+            return f" (a value that begins with '-' is read as a flag: write {word}={after})"
+    return ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -158,3 +158,15 @@ def test_a_number_kept_as_written_survives_a_copy():
     value = read_float("1e400")
     for kept in (copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
         assert repr(kept) == "1e400" and kept == math.inf
+
+
+@pytest.mark.parametrize(
+    ("given", "flag", "value"),
+    [(["--logit-bias", "-1=2"], "--logit-bias", "-1=2"), (["--stop", "-x"], "--stop", "-x")],
+)
+def test_a_value_that_begins_with_a_dash_is_told_how_to_give_it(run, given, flag, value):
+    # argparse reads "-1=2" as a flag: "--logit-bias: expected one argument" named no way out
+    code, err = run([*GENERATE, *given])
+    hint = f"(a value that begins with '-' is read as a flag: write {flag}={value})"
+    assert (code, err) == (2, [f"radixflow: error: {flag}: expected one argument {hint}"])
+    assert run([*GENERATE, f"{flag}={value}"])[1] != err

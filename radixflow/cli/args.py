@@ -49,10 +49,8 @@ def _check_range(value: float, text: str, low: float, high: float | None, positi
     text = typed(text)  # as typed (1e-7, not 1e-07), cut where long
     if positive and value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    if value < low:
-        raise argparse.ArgumentTypeError(
-            f"must be {'>= 0' if low == 0 else f'at least {_show(low)}'}, got {text}"
-        )
+    if value < low:  # as every option's check and a workload's bounds say it, 0 too
+        raise argparse.ArgumentTypeError(f"must be at least {_show(low)}, got {text}")
     if high is not None and value > high:
         raise argparse.ArgumentTypeError(f"must be at most {_show(high)}, got {text}")
 

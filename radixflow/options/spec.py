@@ -112,7 +112,7 @@ def range_problem(
     if outside and words is not None:
         return Problem(name, f"{words}, got {shown(value)}")
     if low is not None and value < low:
-        return Problem(name, f"must be {'>= 0' if low == 0 else f'at least {show(low)}'}, got {shown(value)}")
+        return Problem(name, f"must be at least {show(low)}, got {shown(value)}")  # one wording, 0 too
     if high is not None and value > high:
         return Problem(name, f"must be at most {show(high)}, got {shown(value)}")
     return None

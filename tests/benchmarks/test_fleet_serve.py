@@ -35,8 +35,8 @@ def fleet_serve():
         # token ids are drawn from 4 (past the special ids) to below --vocab: 4 was a ValueError
         # traceback (empty range for randrange), a negative length a shorter prompt than asked
         (["--vocab", "4"], "argument --vocab: must be at least 5, got 4"),
-        (["--context", "-1"], "argument --context: must be >= 0, got -1"),
-        (["--candidate", "-3"], "argument --candidate: must be >= 0, got -3"),
+        (["--context", "-1"], "argument --context: must be at least 0, got -1"),
+        (["--candidate", "-3"], "argument --candidate: must be at least 0, got -3"),
         (["--context", "0", "--candidate", "0"], "--context, --candidate: a prompt needs a token"),
         (["--start-timeout", "nan"], "argument --start-timeout"),
         (["--repeat", "0"], "argument --repeat: must be positive, got 0"),

@@ -152,7 +152,7 @@ def test_a_one_token_prefill_is_said_as_asked_and_priced_as_the_sim_prices_it(ca
         # LLM(...) and a TOML cell say what is wrong with the name itself
         ([""], "model: must not be empty"),
         (["a\x00b"], "model: 'a\\x00b' contains a NUL character"),
-        (["qwen3-4b", "--context", "-1"], "--context: must be >= 0, got -1"),
+        (["qwen3-4b", "--context", "-1"], "--context: must be at least 0, got -1"),
         (["qwen3-4b", "--prefill", "0"], "--prefill: must be positive, got 0"),
         (["qwen3-4b", "--decode", "0"], "--decode: must be positive, got 0"),
         (["qwen3-4b", "--decode", "70000"], "--decode: must be at most 65536"),
@@ -163,7 +163,7 @@ def test_a_one_token_prefill_is_said_as_asked_and_priced_as_the_sim_prices_it(ca
         (["qwen3-4b", "--context", "40900"], "--context 40900 plus the default --prefill 512 reaches past"),
         (["qwen3-4b", "--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),
         (["qwen3-4b", "--fixed-cost-ms", "nan"], "must be a finite number, got nan"),
-        (["qwen3-4b", "--decode-fixed-cost-ms", "-1"], "--decode-fixed-cost-ms: must be >= 0, got -1.0"),
+        (["qwen3-4b", "--decode-fixed-cost-ms", "-1"], "--decode-fixed-cost-ms: must be at least 0, got -1"),
         (["qwen3-4b", "--scheduler-time", "async"], "unknown scheduler_time 'async'"),
         (["qwen3-4b", "--kv-blocks", "4"], "unrecognized arguments: --kv-blocks"),
     ],

@@ -31,7 +31,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
     [
         ({"kv_blocks": 0}, "kv_blocks", "must be at least 1, got 0"),
         ({"kv_blocks": MAX_KV_BLOCKS + 1}, "kv_blocks", f"must be at most {MAX_KV_BLOCKS}"),
-        ({"state_slots": -1}, "state_slots", "must be >= 0, got -1"),
+        ({"state_slots": -1}, "state_slots", "must be at least 0, got -1"),
         ({"state_slots": MAX_STATE_SLOTS + 1}, "state_slots", f"must be at most {MAX_STATE_SLOTS}"),
         ({"token_budget": 8}, "token_budget", "8 is smaller than one block (block_size 16 tokens)"),
         ({"token_budget": 16, "block_size": 16}, None, None),  # exactly one block is enough
@@ -46,7 +46,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
         ({"tflops": 1e-300}, "tflops", "must be at least 0.001"),
         ({"fixed_cost_ms": math.nan}, "fixed_cost_ms", "must be a finite number, got nan"),
         ({"fixed_cost_ms": math.inf}, "fixed_cost_ms", "must be a finite number, got inf"),
-        ({"per_request_ms": -1.0}, "per_request_ms", "must be >= 0"),
+        ({"per_request_ms": -1.0}, "per_request_ms", "must be at least 0"),
         # a seed is read mod 2^64, signed or unsigned, as a request's own seed is (sampling's words):
         # -1 was refused here while LLM's and the server's request seeds took it
         ({"seed": -1}, None, None),

@@ -17,7 +17,7 @@ from typing import Any
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
 from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
-from radixflow.options.numerals import max_digits, read_float, read_int, spelled
+from radixflow.options.numerals import max_digits, read_float, read_int, spelled, typed_float
 from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag, shown
@@ -123,7 +123,8 @@ def _lenient(read: Callable[[str], Any]) -> Any:
 
 
 # an option flag's text in its option's type; nan, inf and choices are refused by the one check
-PARSERS: dict[type, Any] = {int: _lenient(read_int), float: _lenient(read_float), str: str, Bytes: str}
+# (a float as typed: "--per-request-ms -1" is refused as "got -1", not "got -1.0")
+PARSERS: dict[type, Any] = {int: _lenient(read_int), float: _lenient(typed_float), str: str, Bytes: str}
 
 
 def add_engine_flags(

@@ -6,7 +6,7 @@ took them, where every other door (a JSON body, a TOML cell, ``LLM(...)``) has n
 digits only and refuses such text as a string; a flag now refuses it in those words.
 
 A float no float holds (``1e400`` reads as inf) keeps its text (`Written`), so a refusal quotes
-what the user wrote, not ``inf``. Pure.
+what the user wrote, not ``inf``; so does an option flag's every float (`typed_float`). Pure.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from radixflow.problems import SHOWN_CHARS  # where a value quoted back is cut
 
 
 class Written(float):
-    """A non-finite float read from text, which repr gives back as written (cut where long):
-    ``1e400``, not ``inf``. The checks refuse every non-finite number, so none is ever kept."""
+    """A float read from text, which repr gives back as written (cut where long): ``1e400``, not
+    ``inf``; a flag's ``-1``, not ``-1.0``. The checks refuse every non-finite number, and an
+    options dataclass holds a finite one as the plain float it is (`spec.floats_as_floats`), so
+    none is ever kept."""
 
     text: str
 
@@ -84,6 +86,15 @@ def _long_int(text: str) -> int | None:
         chunk = digits[start : start + CHUNK]
         value = value * 10 ** len(chunk) + int(chunk)
     return -value if match.group(1) == "-" else value
+
+
+def typed_float(text: str) -> float | None:
+    """``text`` as a float (`read_float`) that a refusal quotes as typed, finite or not: an option
+    flag's value (`Written`); None where it is no number."""
+    value = read_float(text)
+    if value is None or isinstance(value, Written):  # a non-finite one is already as typed
+        return value
+    return Written(value, text)
 
 
 def read_float(text: str) -> float | None:

@@ -8,6 +8,7 @@ field-by-field check (`fields_problem`) all read that one declaration.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,11 +162,20 @@ def floats_as_floats(options: Any) -> None:
     """Hold each float field of ``options`` (a frozen options dataclass, from its
     ``__post_init__``) given an integer as the float it is: ``LLM(tflops=100)`` and a TOML cell's
     ``tflops = 100`` as ``--tflops 100`` holds it, so no record or JSON says 100 at one door and
-    100.0 at another. A bool, or an integer no float holds, stays as it is, for the check."""
+    100.0 at another; a flag's float as typed (`Written`) too. A bool, or a number no float
+    holds, stays as it is, for the check."""
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
-        if spec_of(f).kind is float and type(value) is int and abs(value) <= sys.float_info.max:
+        if spec_of(f).kind is float and _float_as_float(value):
             object.__setattr__(options, f.name, float(value))
+
+
+def _float_as_float(value: Any) -> bool:
+    """Whether ``value`` is held as a plain float: an integer a float holds, or a flag's float
+    as typed (`Written`) that is finite."""
+    if type(value) is int:
+        return abs(value) <= sys.float_info.max
+    return isinstance(value, Written) and math.isfinite(value)
 
 
 def sizes_in_bytes(options: Any) -> None:

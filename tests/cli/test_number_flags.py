@@ -170,3 +170,13 @@ def test_a_value_that_begins_with_a_dash_is_told_how_to_give_it(run, given, flag
     hint = f"(a value that begins with '-' is read as a flag: write {flag}={value})"
     assert (code, err) == (2, [f"radixflow: error: {flag}: expected one argument {hint}"])
     assert run([*GENERATE, f"{flag}={value}"])[1] != err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"), [("-1", "-1"), ("-1_0", "-1_0"), ("-2e0", "-2e0"), (" -0.5 ", "-0.5")]
+)
+def test_an_option_flags_number_out_of_range_is_quoted_as_typed(run, text, said):
+    # "--per-request-ms -1" was refused as "got -1.0", --drain-timeout 1e10 as "got 10000000000.0":
+    # numbers nobody typed, where the commands' own flags, a TOML cell and LLM(...) quote the value
+    code, err = run([*GENERATE, f"--per-request-ms={text}"])
+    assert (code, err) == (2, [f"radixflow: error: --per-request-ms: must be at least 0, got {said}"])

@@ -24,7 +24,7 @@ from radixflow.options.machine import (
 from radixflow.options.model_options import ModelOptions
 from radixflow.options.scheduler_options import SchedulerOptions
 from radixflow.options.sim_options import SimOptions, hardware_problem
-from radixflow.options.spec import check_value, checked, fields_problem, floats_as_floats, option
+from radixflow.options.spec import check_value, checked, fields_problem, numbers_as_held, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul_plan import plan_problem
@@ -50,7 +50,7 @@ class EngineOptions(SimOptions, SchedulerOptions, ModelOptions):
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
-        floats_as_floats(self)  # tflops=100 held as 100.0, as --tflops 100 holds it
+        numbers_as_held(self)  # tflops=100 held as 100.0, as --tflops 100 holds it
         # a file's leading ~ is the home directory at every door (LLM(...), TOML, --flag=~/x,
         # which no shell expands), as a model path's is where the loader reads it
         for name in PATH_OPTIONS:

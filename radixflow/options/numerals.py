@@ -21,7 +21,7 @@ from radixflow.problems import SHOWN_CHARS  # where a value quoted back is cut
 class Written(float):
     """A float read from text, which repr gives back as written (cut where long): ``1e400``, not
     ``inf``; a flag's ``-1``, not ``-1.0``. The checks refuse every non-finite number, and an
-    options dataclass holds a finite one as the plain float it is (`spec.floats_as_floats`), so
+    options dataclass holds a finite one as the plain float it is (`spec.numbers_as_held`), so
     none is ever kept."""
 
     text: str

@@ -158,16 +158,20 @@ def in_bytes(value: int | str) -> int | Problem:
     return value if isinstance(value, int) else parse_size(value)
 
 
-def floats_as_floats(options: Any) -> None:
-    """Hold each float field of ``options`` (a frozen options dataclass, from its
-    ``__post_init__``) given an integer as the float it is: ``LLM(tflops=100)`` and a TOML cell's
-    ``tflops = 100`` as ``--tflops 100`` holds it, so no record or JSON says 100 at one door and
-    100.0 at another; a flag's float as typed (`Written`) too. A bool, or a number no float
-    holds, stays as it is, for the check."""
+def numbers_as_held(options: Any) -> None:
+    """Hold the numbers of ``options`` (a frozen options dataclass, from its ``__post_init__``) as
+    the mapping door (`checked`) and the flags hold them: numpy's as Python's (`plain`:
+    ``ServerConfig(max_pending=np.int64(5))``), and a float field's integer or typed float as a
+    plain float (``LLM(tflops=100)`` and a TOML cell's ``tflops = 100`` as ``--tflops 100``
+    holds it, so no record or JSON says 100 at one door and 100.0 at another). A bool, or a
+    number no float holds, stays as it is, for the check."""
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
-        if spec_of(f).kind is float and _float_as_float(value):
-            object.__setattr__(options, f.name, float(value))
+        held = value if isinstance(value, Written) else plain(value)
+        if spec_of(f).kind is float and _float_as_float(held):
+            held = float(held)
+        if held is not value:
+            object.__setattr__(options, f.name, held)
 
 
 def _float_as_float(value: Any) -> bool:
@@ -181,8 +185,8 @@ def _float_as_float(value: Any) -> bool:
 def sizes_in_bytes(options: Any) -> None:
     """Check ``options`` (a frozen options dataclass, from its ``__post_init__``: a door that makes
     it directly is refused as the flags are) and hold each `Bytes` field given as text in bytes
-    (and each float field given an integer as a float: `floats_as_floats`)."""
-    floats_as_floats(options)
+    (and each float field given an integer as a float: `numbers_as_held`)."""
+    numbers_as_held(options)
     problem = fields_problem(options)
     if problem is not None:
         raise ProblemError(problem)

@@ -340,3 +340,19 @@ def test_a_float_option_given_an_integer_holds_a_float_at_every_door():
     huge = EngineOptions(tflops=10**400)  # no float holds it: kept, for the check to refuse as typed
     assert huge.tflops == 10**400 and "must be a finite number" in str(huge.validate())
     assert EngineOptions(tflops=True).validate() is not None  # a bool is still no number
+
+
+def test_numpy_numbers_are_taken_where_the_dataclass_is_made_directly():
+    # LLM(kv_blocks=np.int64(64)) and a TOML sweep took them (the mapping door reads them as
+    # Python's); ServerConfig(max_pending=np.int64(5)) and EngineOptions(...) refused them
+    import numpy as np
+
+    from radixflow.server.config import ServerConfig
+
+    config = ServerConfig(max_pending=np.int64(5), drain_s=np.float32(1.5), max_body_bytes=np.int64(4096))
+    assert (config.max_pending, config.drain_s, config.max_body_bytes) == (5, 1.5, 4096)
+    assert [type(v) for v in (config.max_pending, config.drain_s, config.max_body_bytes)] == [int, float, int]
+    options = EngineOptions(kv_blocks=np.int64(64), tflops=np.float64(100))
+    assert options.validate() is None and type(options.kv_blocks) is int and type(options.tflops) is float
+    with pytest.raises(ProblemError, match=r"^max_pending: must be an integer, got 5.0$"):
+        ServerConfig(max_pending=np.float64(5))  # a float for a count, refused as every door does

@@ -21,7 +21,7 @@ from starlette.routing import Match
 from radixflow.generation.params import STOP_SHAPE
 from radixflow.generation.tokenizer import TextTooLong
 from radixflow.options.numerals import Written
-from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, shown
 from radixflow.scheduler.sampling_checks import bias_name
 from radixflow.server.json_body import as_typed
 from radixflow.server.strict import INVALID, SURROGATE, UNSUPPORTED
@@ -137,11 +137,15 @@ def validation_message(
     # better. The same name may be no union elsewhere (/tokenize's prompt is text only)
     if param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str):
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
-    said = _SAID.get(str(kind), first.get("msg"))
+    said, value = _SAID.get(str(kind), first.get("msg")), first.get("input")
+    got = _shown(value)
+    if kind == "float_type" and isinstance(value, int) and not isinstance(value, bool):
+        # an integer past any float: said as every other door says it (`number_problem`)
+        said, got = NOT_FINITE, shown(value)
     if param == "logit_bias" and len(loc) == 2 and TOKEN_ID_KEY.fullmatch(str(loc[1])):
         # one token's bias, named as `SamplingParams` (the Python API, the CLI) names it
-        return f"logit_bias: {bias_name(int(loc[1]))} {said}, got {_shown(first.get('input'))}", param
-    return f"{where}: {said}, got {_shown(first.get('input'))}", param
+        return f"logit_bias: {bias_name(int(loc[1]))} {said}, got {got}", param
+    return f"{where}: {said}, got {got}", param
 
 
 def _sent(exc: RequestValidationError, param: str, first: dict[str, Any]) -> Any:

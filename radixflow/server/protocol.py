@@ -9,6 +9,7 @@ or refused (the tables in `refused`).
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -97,7 +98,7 @@ class _Generate(StrictBody):
             why = _key_problem(key)
             if why is not None:
                 raise PydanticCustomError(INVALID, "{why}", {"why": why})
-            if isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias):
+            if isinstance(bias, bool) or not isinstance(bias, int | float) or not _finite(bias):
                 break
         return value
 
@@ -257,6 +258,12 @@ def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
             raise ApiError(400, f"logit_bias: {why}", "logit_bias")
         pairs.append((int(key), value))
     return tuple(pairs)
+
+
+def _finite(bias: float) -> bool:
+    """Whether a float field takes ``bias`` (an integer past any float it does not, and
+    math.isfinite raises OverflowError on one)."""
+    return abs(bias) <= sys.float_info.max if isinstance(bias, int) else math.isfinite(bias)
 
 
 def _key_problem(key: str) -> str | None:

@@ -166,6 +166,11 @@ AS_USERS_SENT_THEM = [
     (CMPL, '"prompt": "a", "logit_bias": {"5": 1e400}', "logit_bias",
      "logit_bias: token 5's bias must be a finite number, got 1e400"),
     (CMPL, '"prompt": "a", "top_p": -Infinity', "top_p", "top_p: must be a finite number, got -Infinity"),
+    # an integer past any float: said as LLM(temperature=10**400) says it (was "must be a number")
+    (CMPL, '"prompt": "a", "temperature": 1' + "0" * 400, "temperature",
+     "temperature: must be a finite number, got 100000000000...0000 (401 digits)"),
+    (CMPL, '"prompt": "a", "logit_bias": {"5": -1' + "0" * 400 + "}", "logit_bias",
+     "logit_bias: token 5's bias must be a finite number, got -100000000000...0000 (401 digits)"),
     (CMPL, '"prompt": "a", "stream": true, "stream_options": 5', "stream_options",
      "stream_options: must be an object, got 5"),  # was pydantic's "Input should be a valid dictionary..."
     (CMPL, '"prompt": "a", "structured_outputs": ["a"]', "structured_outputs",

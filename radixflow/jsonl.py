@@ -7,7 +7,7 @@ from __future__ import annotations
 import codecs
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +85,15 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def json_object(line: str, fields: str, unique: bool = False) -> dict[str, Any]:
+def json_object(
+    line: str, fields: str, unique: bool = False, parse_float: Callable[[str], Any] | None = None
+) -> dict[str, Any]:
     """``line`` parsed as a JSON object; ValueError saying why not, in words a file's reader
     prefixes with where the line is (``fields``: what an object there holds, for the message).
-    ``unique``: a key given twice is refused, where JSON silently keeps its last value."""
+    ``unique``: a key given twice is refused, where JSON silently keeps its last value;
+    ``parse_float``: as ``json.loads`` takes it (a float's text, kept where no float holds it)."""
     try:
-        row = json.loads(line, object_pairs_hook=_once if unique else None)
+        row = json.loads(line, object_pairs_hook=_once if unique else None, parse_float=parse_float)
     except _KeyTwice as e:
         raise ValueError(f"field {e.args[0]!r} given twice") from None
     except json.JSONDecodeError as e:

@@ -21,8 +21,10 @@ import httpx
 from fastapi import FastAPI
 
 from radixflow.jsonl import TOO_DEEP, json_object, numbered_lines
+from radixflow.options.numerals import written_float
 from radixflow.problems import counted, shown
 from radixflow.server.errors import error_body
+from radixflow.server.json_body import typed_numbers
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
 JSON = {"content-type": "application/json"}
@@ -126,7 +128,8 @@ def status_code(row: dict[str, Any]) -> int | None:
 
 def _line(n: int, raw: str) -> BatchLine:
     try:
-        row = json_object(raw, "custom_id, method, url, body")
+        # a number no float holds (1e400) kept as typed, for its refusal to quote (`encoded`)
+        row = json_object(raw, "custom_id, method, url, body", parse_float=written_float)
     except ValueError as e:
         raise BatchInputError(f"line {n}: {e}") from None
     custom_id, method, url, body = (row.get(k) for k in ("custom_id", "method", "url", "body"))
@@ -249,7 +252,13 @@ def encoded(body: dict[str, Any]) -> bytes:
     file gave them, for the route to answer (httpx's ``json=`` raises on them, ending the run).
     Compact UTF-8, about the bytes the file's line holds it in, which --max-body-bytes is
     measured on (escaping what is not ASCII took é 6 bytes, an emoji 12: a 413 for a body a
-    third of the limit); escaped only where a lone surrogate the file escaped cannot be UTF-8."""
+    third of the limit); escaped only where a lone surrogate the file escaped cannot be UTF-8.
+    A number no float holds is written as the file typed it (`typed_numbers`)."""
+    text = _dumps(body)
+    return typed_numbers(body, _dumps) if b"Infinity" in text else text
+
+
+def _dumps(body: Any) -> bytes:
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:

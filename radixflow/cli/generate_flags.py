@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 
 from radixflow.generation.params import MAX_CHOICES, SamplingParams, unsent_max_tokens
-from radixflow.options.flags import Unparsed, add_engine_flags, parse_float, parse_int
-from radixflow.options.numerals import read_float, read_int
+from radixflow.options.flags import Unparsed, add_engine_flags, parse_int, parse_typed_float
+from radixflow.options.numerals import Written, read_int, typed_float
 from radixflow.problems import NOT_FINITE, flag
 from radixflow.scheduler.sampling_checks import bias_name
 
+FLOAT_FLAGS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each prompt's room
 
 
@@ -66,16 +68,19 @@ def _length_flags(g: argparse._ArgumentGroup) -> None:
 
 def sampling_flags(g: argparse._ArgumentGroup) -> None:
     """How a token is drawn from the logits."""
-    g.add_argument("--temperature", type=parse_float, default=0.0, help="0 (or below 1e-5) is greedy")
+    g.add_argument("--temperature", type=parse_typed_float, default=0.0, help="0 (or below 1e-5) is greedy")
     g.add_argument(
         "--top-p",
-        type=parse_float,
+        type=parse_typed_float,
         default=1.0,
         help="in (0, 1]: sample from the likeliest tokens whose probability reaches it; 1 is no cut",
     )
     g.add_argument("--top-k", type=parse_int, default=0, help="0 or -1: no cut")
     g.add_argument(
-        "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"
+        "--min-p",
+        type=parse_typed_float,
+        default=0.0,
+        help="in [0, 1]: drop tokens under min-p times the best's",
     )
 
 
@@ -126,10 +131,13 @@ def _constraint_flags(g: argparse._ArgumentGroup) -> None:
 
 def _logit_flags(g: argparse._ArgumentGroup) -> None:
     """Penalties and biases that shift the logits, and EOS ignored."""
-    g.add_argument("--presence-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
-    g.add_argument("--frequency-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
+    g.add_argument("--presence-penalty", type=parse_typed_float, default=0.0, help="in [-2, 2] (OpenAI's)")
+    g.add_argument("--frequency-penalty", type=parse_typed_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument(
-        "--repetition-penalty", type=parse_float, default=1.0, help="> 0; 1 is none (transformers' rule)"
+        "--repetition-penalty",
+        type=parse_typed_float,
+        default=1.0,
+        help="> 0; 1 is none (transformers' rule)",
     )
     g.add_argument(
         "--logit-bias",
@@ -188,7 +196,7 @@ def token_bias(text: str) -> tuple[int | str, float | Unparsed]:
     token, sep, bias = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
-    number, value = read_int(token), read_float(bias)
+    number, value = read_int(token), typed_float(bias)  # a bias as typed (`typed_floats`)
     if number is not None and value is not None and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{bias_name(number)} {NOT_FINITE}, got {value!r}")
     return (token if number is None else number), (Unparsed(bias) if value is None else value)
@@ -200,28 +208,40 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
     `SamplingParams()`'s one token; raised to ``--min-tokens``, which asks for at least that
     many; `cli/generate.py`'s run caps it to what each prompt leaves)."""
     default = unsent_max_tokens(DEFAULT_MAX_TOKENS, args.min_tokens)
-    return SamplingParams(
-        max_tokens=default if args.max_tokens is None else args.max_tokens,
-        min_tokens=args.min_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        min_p=args.min_p,
-        seed=args.seed,  # given: each prompt draws from its own seeded stream
-        stop=tuple(args.stop),
-        stop_token_ids=args.stop_token_ids,
-        skip_special_tokens=args.skip_special_tokens,
-        include_stop_str_in_output=args.include_stop_str_in_output,
-        allowed_token_ids=args.allowed_token_ids,
-        guided_choice=tuple(args.guided_choice) or None,  # None: free text
-        bad_words=tuple(args.bad_word),
-        truncate_prompt_tokens=args.truncate_prompt_tokens,
-        ignore_eos=args.ignore_eos,
-        logprobs=args.logprobs,
-        prompt_logprobs=args.prompt_logprobs,
-        n=args.n,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        repetition_penalty=args.repetition_penalty,
-        logit_bias=tuple(args.logit_bias),
+    return typed_floats(
+        SamplingParams(
+            max_tokens=default if args.max_tokens is None else args.max_tokens,
+            min_tokens=args.min_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            seed=args.seed,  # given: each prompt draws from its own seeded stream
+            stop=tuple(args.stop),
+            stop_token_ids=args.stop_token_ids,
+            skip_special_tokens=args.skip_special_tokens,
+            include_stop_str_in_output=args.include_stop_str_in_output,
+            allowed_token_ids=args.allowed_token_ids,
+            guided_choice=tuple(args.guided_choice) or None,  # None: free text
+            bad_words=tuple(args.bad_word),
+            truncate_prompt_tokens=args.truncate_prompt_tokens,
+            ignore_eos=args.ignore_eos,
+            logprobs=args.logprobs,
+            prompt_logprobs=args.prompt_logprobs,
+            n=args.n,
+            presence_penalty=args.presence_penalty,
+            frequency_penalty=args.frequency_penalty,
+            repetition_penalty=args.repetition_penalty,
+            logit_bias=tuple(args.logit_bias),
+        )
     )
+
+
+def typed_floats(params: SamplingParams) -> SamplingParams:
+    """``params`` as its check quotes them (a float flag as typed, `parse_typed_float`: ``got -1``,
+    not ``got -1.0``), held as plain floats once they pass it."""
+    if params.problem() is not None:
+        return params
+    plain = {f: float(v) for f in FLOAT_FLAGS if isinstance(v := getattr(params, f), Written)}
+    bias = tuple((t, float(b) if isinstance(b, Written) else b) for t, b in params.logit_bias)
+    return replace(params, **plain, logit_bias=bias)

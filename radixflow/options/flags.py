@@ -17,7 +17,7 @@ from typing import Any
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
 from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
-from radixflow.options.numerals import max_digits, read_float, read_int, spelled, typed_float
+from radixflow.options.numerals import Written, max_digits, read_float, read_int, spelled, typed_float
 from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag, shown
@@ -101,6 +101,12 @@ def parse_float(text: str) -> float:
     if not math.isfinite(value):  # a `Written`: the text as typed
         raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {value!r}")
     return value
+
+
+def parse_typed_float(text: str) -> float:
+    """argparse type: `parse_float`, its value kept as typed (`Written`), for a check made after
+    parsing (a `SamplingParams` field's) to quote ``-1``, not ``-1.0``."""
+    return Written(parse_float(text), text)
 
 
 @dataclass(frozen=True)

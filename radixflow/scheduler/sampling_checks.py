@@ -130,9 +130,12 @@ def _as_lists(value: object) -> object:
 def plain(x: object) -> object:
     """A number of another library (numpy's int64, float32) as the Python int or float it is,
     so the checks read it as the number it is and seeds mix as Python ints; a bool, a float
-    that is no integer, and anything else stay as they are, for the checks to name."""
+    that is no integer, a float as typed (the command line's: `typed_floats` holds it plain once
+    checked), and anything else stay as they are, for the checks to name."""
     if isinstance(x, bool) or type(x) in (int, float):
         return x
+    if isinstance(x, float) and isinstance(getattr(x, "text", None), str):
+        return x  # a flag's number as typed (options.numerals.Written): a refusal quotes it so
     if isinstance(x, numbers.Integral):
         return int(x)
     if isinstance(x, numbers.Real):

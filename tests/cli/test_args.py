@@ -129,7 +129,7 @@ SMALL_BUDGET = "--cache-memory: 1KiB cannot hold one KV block"
     [
         (
             ["generate", "qwen3_5-tiny", "--hardware", "h200", "--temperature", "-1", "--prompt", "hi"],
-            "--temperature: must be a number >= 0, got -1.0",
+            "--temperature: must be a number >= 0, got -1",
         ),
         (["bench", "qwen3_5-2b", "--device", "cpu", "--groups", "0"], "--groups: empty workload"),
         (

@@ -782,11 +782,11 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
 @pytest.mark.parametrize(
     "flag, text, field, value",
     [
-        ("--top-p", "0", "top_p", 0.0),
+        ("--top-p", "0", "top_p", 0),  # quoted as typed, as LLM(top_p=0) is (it said 0.0)
         ("--top-p", "1.5", "top_p", 1.5),
         ("--n", "0", "n", 0),
         ("--n", "129", "n", 129),
-        ("--temperature", "-1", "temperature", -1.0),
+        ("--temperature", "-1", "temperature", -1),
         ("--max-tokens", "-1", "max_tokens", -1),
         ("--min-tokens", "-1", "min_tokens", -1),
         ("--logprobs", "-1", "logprobs", -1),

@@ -143,10 +143,10 @@ def test_a_bias_no_float_holds_for_a_token_of_5000_digits_is_one_short_line(run)
 def _as_typed(bias: str) -> str:
     """A bias quoted back: text that is no number as a string, a number as the user typed it."""
     try:
-        value = float(bias)
+        float(bias)
     except ValueError:
         return repr(bias)
-    return bias if not math.isfinite(value) else repr(value)
+    return bias  # finite too (200 was said "200.0")
 
 
 def test_a_number_kept_as_written_survives_a_copy():
@@ -180,3 +180,29 @@ def test_an_option_flags_number_out_of_range_is_quoted_as_typed(run, text, said)
     # numbers nobody typed, where the commands' own flags, a TOML cell and LLM(...) quote the value
     code, err = run([*GENERATE, f"--per-request-ms={text}"])
     assert (code, err) == (2, [f"radixflow: error: --per-request-ms: must be at least 0, got {said}"])
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("--temperature=-1", "--temperature: must be a number >= 0, got -1"),
+        ("--top-p=2", "--top-p: must be in (0, 1], got 2"),
+        ("--presence-penalty=3e0", "--presence-penalty: must be a number in [-2, 2], got 3e0"),
+        ("--logit-bias=5=200", "--logit-bias: token 5's bias must be a number in [-100, 100], got 200"),
+    ],
+)
+def test_a_sampling_flags_number_out_of_range_is_quoted_as_typed(run, given, said):
+    # "--temperature -1" was refused as "got -1.0", a number nobody typed
+    assert run([*GENERATE, given]) == (2, [f"radixflow: error: {said}"])
+
+
+def test_sampling_flags_in_range_are_held_as_plain_floats():
+    from radixflow.cli.app import build_parser
+    from radixflow.cli.generate_flags import sampling_params
+
+    args = build_parser("generate").parse_args(
+        [*GENERATE, "--temperature", "1", "--top-p", "0.5", "--logit-bias", "5=2"]
+    )
+    params = sampling_params(args)
+    assert params.problem() is None and (params.temperature, params.top_p) == (1.0, 0.5)
+    assert type(params.temperature) is float and type(params.logit_bias[0][1]) is float

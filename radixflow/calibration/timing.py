@@ -7,6 +7,7 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from radixflow.calibration.design import DesignBatch
 from radixflow.costmodel.shape.chunk import ChunkShape
@@ -14,6 +15,9 @@ from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import Runner
 from radixflow.runners.profile_store import RunnerSettings
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
+
+if TYPE_CHECKING:  # torch is imported only where batches are timed
+    from radixflow.runners.torch_runner import TorchRunner
 
 BLOCK_SIZE = 16
 
@@ -147,26 +151,11 @@ def time_batches(
     what the engine charges for it."""
     import torch
 
-    from radixflow.models.zoo import ensure_model
-    from radixflow.runners.torch_runner import TorchRunner
-
     read = round_clock(clock).read
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
-        blocks, slots = pool_sizes(batches)
-        runner = TorchRunner(
-            ensure_model(model),
-            BLOCK_SIZE,
-            blocks,
-            slots,
-            device=device,
-            dtype=getattr(torch, dtype),
-            label=model,
-            predict_rounds=False,
-            matmul=matmul,
-            kernels=kernels,
-        )
+        runner = _timing_runner(model, device, dtype, pool_sizes(batches), kernels, matmul)
         if settings is not None:
             settings[model] = runner.settings()
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
@@ -177,6 +166,23 @@ def time_batches(
     return [
         TimedBatch(model, b.split, b.chunks, keep(s), tuple(s)) for b, s in zip(batches, samples, strict=True)
     ]
+
+
+def _timing_runner(
+    model: str, device: str, dtype: str, pools: tuple[int, int], kernels: str, matmul: str
+) -> TorchRunner:
+    """The runner the batches are timed on: pools for the largest (``pools``: KV blocks, state
+    slots), predicting nothing (see `time_batches`)."""
+    import torch
+
+    from radixflow.models.zoo import ensure_model
+    from radixflow.runners.torch_runner import TorchRunner
+
+    blocks, slots = pools
+    return TorchRunner(
+        ensure_model(model), BLOCK_SIZE, blocks, slots, device=device, dtype=getattr(torch, dtype),
+        label=model, predict_rounds=False, matmul=matmul, kernels=kernels,
+    )  # fmt: skip
 
 
 def _repeated_times(

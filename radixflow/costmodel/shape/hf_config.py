@@ -98,7 +98,7 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         vocab_size=integer(cfg, "vocab_size"),
         layers=_layers(str(kind), reader, cfg),
         tied_embeddings=TIES.get(str(kind), _tied)(cfg),
-        max_context=int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT),
+        max_context=integer(cfg, "max_position_embeddings", DEFAULT_CONTEXT),
         source=source,
     )
 

@@ -169,6 +169,8 @@ def test_a_per_layer_list_given_as_no_list_is_refused_naming_it(config, key, val
         (QWEN3_NEXT, "num_experts", "many"),
         (FALCON_WITHOUT_D_SSM, "mamba_d_state", "x"),
         (NEMOTRON_H, "n_groups", [8]),
+        (LLAMA, "max_position_embeddings", "abc"),
+        (LLAMA, "max_position_embeddings", [4096]),
     ],
 )
 def test_a_size_that_is_no_integer_is_refused_naming_it(config, key, value):

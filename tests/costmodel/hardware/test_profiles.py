@@ -177,6 +177,16 @@ def test_a_file_of_measured_kernels_may_leave_out_the_figures_its_gpu_fixes(tmp_
     assert profile.round_overhead_s == 0.005 and profile.kernels == f"measured-{gpu}"
 
 
+@pytest.mark.parametrize("kernels", ["measured-H100", "measured-h300", ["measured-h100"]])
+def test_a_file_naming_no_known_kernels_is_told_so_before_any_figure_they_would_fix(kernels: object) -> None:
+    """A typo in ``kernels`` was told "profile key 'flops' missing": the figures a measured GPU
+    fixes were not filled in, and the kernels' own refusal came last of the keys."""
+    data = {"kernels": kernels, "round_overhead_s": 0.005, "per_request_s": 0}
+    with pytest.raises(ProfileError) as info:
+        profile_from_dict(data, "p.json")
+    assert str(info.value).startswith("p.json: profile key 'kernels' must be one of "), str(info.value)
+
+
 def test_optional_keys_may_be_null_or_absent_and_a_file_round_trips(tmp_path: Path) -> None:
     minimal = profile_from_dict({"flops": 1e12, "round_overhead_s": 0, "per_request_s": 0}, "dir/mine.json")
     assert minimal.name == "mine" and minimal.bandwidth is None and minimal.weight_bytes == 2

@@ -15,6 +15,7 @@ from radixflow.cli.command import UsageError, write_stdout
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.round_cost.tensor_parallel import uneven_split
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -110,6 +111,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not cost.fits:
         print(
             f"radixflow: warning: {shape.name} does not fit even on {cost.tp} GPUs of {hardware.name}",
+            file=sys.stderr,
+        )
+    if cost.tp > 1 and (uneven := uneven_split(shape, cost.tp)) is not None:
+        print(
+            f"radixflow: warning: {shape.name} on {cost.tp} GPUs of {hardware.name}: {uneven} (vLLM "
+            "refuses such a split); each GPU is priced at its rounded-up share",
             file=sys.stderr,
         )
     if args.json:

@@ -176,6 +176,30 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, says):
     assert says in lines[0], lines[0]
 
 
+def test_a_model_split_over_gpus_that_do_not_divide_its_heads_is_warned_about(tmp_path, capsys):
+    """A model too large for one GPU was priced on 16 GPUs with 6 query heads, each GPU at a
+    rounded-up share of one head: a split no engine runs, without a word."""
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 16384,
+        "num_hidden_layers": 120,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 3,
+        "head_dim": 128,
+        "intermediate_size": 65536,
+        "vocab_size": 151936,
+        "max_position_embeddings": 4096,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["tp"] == 16
+    assert err == (
+        f"radixflow: warning: {tmp_path} on 16 GPUs of h100: layer 0's attention heads 6 do not "
+        "split over 16 GPUs (vLLM refuses such a split); each GPU is priced at its rounded-up share\n"
+    )
+
+
 def test_a_zoo_name_is_costed_as_calibrate_fitted_it(capsys):
     """`cost <zoo name>` on the calibrated CPU profile predicts the profile's own held-out rounds
     of that model within the error `radixflow calibrate` recorded for it: the shape read from the

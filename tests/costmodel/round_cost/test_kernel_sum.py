@@ -15,8 +15,9 @@ from radixflow.costmodel.round_cost.breakdown import scheduler_s
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
 from radixflow.costmodel.round_cost.kernel_sum import KernelCostModel
-from radixflow.costmodel.round_cost.tensor_parallel import MAX_TP, choose_tp
+from radixflow.costmodel.round_cost.tensor_parallel import MAX_TP, choose_tp, uneven_split
 from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2
 from radixflow.costmodel.shape.model_shape import Layer, Mlp, ModelShape, expected_experts
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.runners.sim import SimRunner, chunk_shape
@@ -102,6 +103,31 @@ def test_tp_without_a_memory_figure_is_one_and_a_model_too_large_for_max_tp_says
     assert _gpu("qwen3_next-80b-a3b", replace(H200, memory_bytes=None)).tp == 1
     tiny = choose_tp(SIM_MODELS["qwen3_next-80b-a3b"], 1e9, 2)
     assert (tiny.tp, tiny.fits) == (MAX_TP, False)
+
+
+def test_the_catalogues_tensor_parallel_shapes_split_their_heads_evenly():
+    for name in ("qwen3_next-80b-a3b", "qwen3_5-35b-a3b"):
+        assert uneven_split(SIM_MODELS[name], 4) is None
+
+
+@pytest.mark.parametrize(
+    ("mixer", "tp", "why"),
+    [
+        (Attention(40, 8, 128), 1, None),
+        (Attention(40, 8, 128), 8, None),
+        (Attention(32, 2, 128), 8, None),  # each GPU holds a copy of one KV head
+        (Attention(40, 8, 128), 16, "attention heads 40"),
+        (Attention(48, 12, 128), 16, "attention kv_heads 12"),
+        (GatedDeltaNet(6, 12, 128, 128), 4, "gdn k_heads 6"),
+        (Mamba2(24, 64, 128, 1), 16, "mamba2 heads 24"),
+    ],
+)
+def test_a_tp_that_splits_no_heads_evenly_is_named(mixer, tp, why):
+    """The cost model prices any power-of-two tp at each GPU's rounded-up share of heads (40 query
+    heads on 16 GPUs as 3 each), a split vLLM refuses, without a word."""
+    shape = ModelShape("m", 1024, 1000, (Layer((mixer,), Mlp(512)),))
+    want = None if why is None else f"layer 0's {why} do not split over {tp} GPUs"
+    assert uneven_split(shape, tp) == want
 
 
 def test_tensor_parallel_rounds_pay_two_all_reduces_per_layer_and_split_the_weights():

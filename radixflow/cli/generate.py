@@ -39,9 +39,10 @@ from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
+from radixflow.server.responses.logprobs import finite_logprob
 
 if TYPE_CHECKING:
-    from radixflow.generation.outputs import GenerationOutput
+    from radixflow.generation.outputs import GenerationOutput, TokenLogprob
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -177,8 +178,18 @@ def _prompt_that_ran(args: argparse.Namespace, llm: Any, i: int, out: Generation
 
 def as_json(out: GenerationOutput) -> dict[str, Any]:
     """One output as JSON-ready data; prompt logprobs as a list (None for the first token)."""
-    data = asdict(replace(out, prompt_logprobs=None))
+    data = asdict(replace(out, logprobs=None, prompt_logprobs=None))
     data["stop_reason"] = out.stop_reason  # a property: vLLM's name, the one the server's answers use
+    if out.logprobs is not None:
+        data["logprobs"] = [_entry(e) for e in out.logprobs]
     if out.prompt_logprobs is not None:
-        data["prompt_logprobs"] = [None if e is None else asdict(e) for e in out.prompt_logprobs]
+        data["prompt_logprobs"] = [None if e is None else _entry(e) for e in out.prompt_logprobs]
     return data
+
+
+def _entry(token: TokenLogprob) -> dict[str, Any]:
+    """One token's logprobs as JSON-ready data; a logprob JSON cannot hold (-inf: a logit a
+    float16 model overflowed) is the stand-in `score` and the server answer, -9999 (Python
+    writes -Infinity, which a strict reader refuses with the whole list)."""
+    top = [[t, finite_logprob(lp)] for t, lp in token.top]
+    return {**asdict(token), "logprob": finite_logprob(token.logprob), "top": top}

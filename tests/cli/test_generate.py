@@ -1,0 +1,32 @@
+"""`radixflow generate`'s outputs as written: what `--json` prints."""
+
+from __future__ import annotations
+
+import json
+
+from radixflow.generation import LLM, GenerationOutput
+from radixflow.generation.outputs import TokenLogprob
+
+MODEL = "qwen3_5-tiny"
+
+
+def _refused(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")
+
+
+def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(zoo, monkeypatch, capsys):
+    # a logit of -inf (a float16 model's overflow) is a logprob of -inf, which --json printed as
+    # -Infinity: no JSON, and a strict reader refused the whole list; score and the server write -9999
+    from radixflow.cli import main
+    from radixflow.server.responses.logprobs import NEG_INF_LOGPROB
+
+    inf = float("-inf")
+    token = TokenLogprob(5, "b", inf, ((4, -0.1), (5, inf)))
+    out = GenerationOutput("0", (1, 2), (5,), "b", "length", (token,), (None, token), cached_tokens=0)
+    monkeypatch.setattr(LLM, "generate", lambda self, prompts, params, **kw: [out])
+    assert main(["generate", MODEL, "--prompt", "a", "--max-tokens", "1", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out, parse_constant=_refused)
+    for entry in (printed["logprobs"][0], printed["prompt_logprobs"][1]):
+        assert entry["logprob"] == NEG_INF_LOGPROB
+        assert entry["top"] == [[4, -0.1], [5, NEG_INF_LOGPROB]]
+    assert printed["prompt_logprobs"][0] is None

@@ -73,7 +73,19 @@ def _job(n: int, line: str) -> ScoreJob:
     candidates = row.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise ValueError(f"line {n}: candidates: a non-empty list is expected")
+    if not _is_json(row.get("id")):
+        raise ValueError(f"line {n}: id: NaN and Infinity are not JSON (the id is echoed back)")
     return ScoreJob(n, row.get("id"), context, candidates)
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` can be written back as JSON: Python's reader takes NaN and Infinity,
+    which its writer then puts in the output line, and a strict reader refuses that line."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _context(row: dict[str, Any]) -> Any:
@@ -100,7 +112,7 @@ def left_to_run(jobs: list[ScoreJob], rows: list[dict[str, Any]]) -> list[ScoreJ
     if len(rows) > len(jobs):
         raise ValueError(f"it holds {counted(len(rows), 'row')}, more than --input's {len(jobs)} lines")
     for n, (row, job) in enumerate(zip(rows, jobs[: len(rows)], strict=True), 1):
-        # compared as written: an id of NaN is unequal to itself, and 1.0 == True == 1
+        # compared as written: 1.0 == True == 1 as Python values, not as the ids the file gave
         same = json.dumps([row.get("line"), row.get("id")]) == json.dumps([job.line, job.id])
         if not same or not {"scores", "error"} & set(row):
             given = f"line {row.get('line')!r}, id {row.get('id')!r}"

@@ -13,6 +13,7 @@ from radixflow.generation import LLM
 from radixflow.generation.scoring import CandidateScore
 
 MODEL = "qwen3_5-tiny"
+NOT_JSON_ID = "id: NaN and Infinity are not JSON (the id is echoed back)"
 
 
 def _no_load(*args: object, **kwargs: object) -> None:
@@ -150,11 +151,12 @@ def test_an_input_line_may_give_a_conversation_as_messages_as_the_server_takes_i
         ({"messages": [5, 6]}, "messages: a non-empty list of messages is expected"),
         ({"messages": []}, "messages: a non-empty list of messages is expected"),
         ({"messages": "a"}, "messages: a non-empty list of messages is expected"),
+        # Python's reader takes NaN and Infinity, and the id was echoed back as such: no JSON out
+        ({"id": float("nan"), "context": "a"}, NOT_JSON_ID),
+        ({"id": [1, float("-inf")], "context": "a"}, NOT_JSON_ID),
     ],
 )
-def test_a_line_with_messages_of_another_shape_is_refused_before_the_model_loads(
-    monkeypatch, capsys, tmp_path, line, said
-):
+def test_a_line_of_another_shape_is_refused_before_the_model_loads(monkeypatch, capsys, tmp_path, line, said):
     from radixflow.cli import main
 
     monkeypatch.setattr(LLM, "from_options", _no_load)

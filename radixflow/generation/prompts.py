@@ -16,7 +16,7 @@ from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
-CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+CANDIDATES_SHAPE = "candidates must be a list of strings or token-id lists"  # as the server says it
 CONVERSATIONS_SHAPE = "conversations: a list of messages or a list of such lists"
 PROMPTS_SHAPE = "prompts: text, a list of token ids, or a list of those"
 VLLM_PROMPT = "a dict prompt is vLLM's {'prompt': text} or {'prompt_token_ids': ids}"

@@ -60,8 +60,10 @@ TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
 UNION_SHAPES = {
     "prompt": "a string, a list of token ids, a list of strings or a list of token-id lists",
     "context": "a string or a list of token ids",
-    "candidates": "a list of strings or a list of token-id lists",
+    "candidates": "a list of strings or token-id lists",
 }
+# of those, a list whose items are each a union (pydantic's path names the item first)
+ITEM_UNIONS = {"candidates"}
 # sampling fields that take several shapes, said in `SamplingParams`' words (its check's)
 SAMPLING_SHAPES = {"stop": STOP_SHAPE}
 
@@ -135,7 +137,7 @@ def validation_message(
         return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
     # pydantic reports each branch of the union (its name next in the path); one line says it
     # better. The same name may be no union elsewhere (/tokenize's prompt is text only)
-    if param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str):
+    if param in ITEM_UNIONS or (param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str)):
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
     said, value = _SAID.get(str(kind), first.get("msg")), first.get("input")
     got = _shown(value)

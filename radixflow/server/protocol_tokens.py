@@ -25,7 +25,8 @@ class ScoreRequest(declaring("_Score", StrictBody, SCORE_REFUSED)):  # type: ign
     model: str
     context: str | list[int] | None = None
     messages: list[dict[str, Any]] | None = None
-    candidates: list[str] | list[list[int]]
+    # each tokenized on its own, so one list may hold both (as `LLM.score` and `score --input` take it)
+    candidates: list[str | list[int]]
     add_special_tokens: bool = True  # around a text context, as /v1/completions adds them
     cache_salt: str | None = None
 

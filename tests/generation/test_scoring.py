@@ -76,7 +76,7 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
     assert [s.token_ids for s in by_ids] == [(5, 9, 40), (7,)]
     again = llm.score(ctx, [[7], [5, 9, 40]])
     assert again[1].logprobs == pytest.approx(by_ids[0].logprobs, abs=TOL)
-    shapes = "candidates must be a list of strings or a list of token-id lists"
+    shapes = "candidates must be a list of strings or token-id lists"
     for context, candidates, message in (
         ([], [[5]], "context: is empty"),
         (ctx, [[5], []], "candidate 1: is empty"),
@@ -227,7 +227,7 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: is empty"),  # it said "context 1: context: is empty"
         ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one
-        ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
+        ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or token-id lists"),
         ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: token id 1000000 is outside"),
         ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: token id 1000000 is outside"),
         # each was scored as the dict's keys, or a bare TypeError ("object of type 'generator' has no len()")

@@ -321,6 +321,18 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     assert [d["total_logprob"] for d in replies] == pytest.approx([w.total for w in offline], abs=1e-3)
 
 
+def test_score_route_takes_text_and_token_id_candidates_in_one_list_as_the_offline_api_does(served, llm):
+    # it was a 400 ("a list of strings or a list of token-id lists"), where LLM.score and
+    # `radixflow score --input` score such a list: each candidate is tokenized on its own anyway
+    candidates = [" yes", [5, 9]]
+    body = {"model": MODEL, "context": CONTEXT, "candidates": candidates, "cache_salt": "score-mixed"}
+    r = served.http().post("/v1/score", json=body)
+    assert r.status_code == 200, r.text
+    want = llm.score(CONTEXT, candidates, namespace="score-mixed-reference")
+    assert [d["token_ids"] for d in r.json()["data"]] == [list(w.token_ids) for w in want]
+    assert [d["total_logprob"] for d in r.json()["data"]] == pytest.approx([w.total for w in want], abs=1e-3)
+
+
 def test_a_failed_score_names_the_candidate_not_a_prompt(served):
     # a candidate that failed in the engine was "prompt 0: ..." where every other error of the
     # route names it "candidate 0: ..."
@@ -360,19 +372,19 @@ def test_a_failed_score_names_the_candidate_not_a_prompt(served):
             "candidates",
             "candidate 1: context + candidate has 8300 tokens; the model context is 8192",
         ),
-        ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
         # the value sent, not the item pydantic first tripped on (it said "got 1", "got [1]")
         (
             {"candidates": [1]},
             "candidates",
-            "candidates must be a list of strings or a list of token-id lists, got [1]",
+            "candidates must be a list of strings or token-id lists, got [1]",
         ),
         (
-            {"candidates": [[1], "a"]},
+            {"candidates": [[1], "a", [1.5]]},
             "candidates",
-            'candidates must be a list of strings or a list of token-id lists, got [[1], "a"]',
+            'candidates must be a list of strings or token-id lists, got [[1], "a", [1.5]]',
         ),
+        ({"candidates": "a"}, "candidates", "candidates must be a list of strings or token-id lists, got"),
         # the answer comes whole: a client reading server-sent events got one JSON body (ignored)
         ({"stream": True}, "stream", "stream: not implemented for /v1/score"),
         # for a text context only: with a conversation the flag was ignored unsaid

@@ -27,13 +27,14 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import UsageError, with_notes, write_stdout
+from radixflow.cli.command import StdoutUnwritable, UsageError, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, left_to_run, run_jobs, score_row
 from radixflow.cli.score_inputs import score_inputs
 from radixflow.cli.serve_setup import refuse_setup
+from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
 from radixflow.problems import ProblemError, counted
@@ -124,6 +125,7 @@ def _score(
     from radixflow.generation import LLM, GenerationError
 
     llm = None
+    finished: dict[int, CandidateScore] = {}  # --context's candidates as they are scored, by place
     try:
         llm = LLM.from_options(options)
         if jobs is None:  # --context and --candidate; an --input file may hold token ids
@@ -138,16 +140,19 @@ def _score(
                 write_trace(llm.model.setup)  # after the rows: a trace the disk refuses costs none
                 return code
             context = [{"role": "user", "content": args.context}] if args.chat else args.context
-            scores = llm.score(context, candidates, progress=bar.hear)
+            hear = lambda s: finished.__setitem__(s.index, s)  # noqa: E731
+            scores = llm.score(context, candidates, progress=bar.hear, on_candidate=hear)
     except ProblemError:
         raise
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
+        _print_finished(args, console, candidates, finished, e)
         note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
     except ValueError as e:  # the API names the context "context"; the command line gave --context
         said = str(e)
         raise UsageError(f"--{said}" if jobs is None and said.startswith("context: ") else said) from None
-    except GenerationError as e:
+    except GenerationError as e:  # a round failed: the candidates scored before it are still printed
+        _print_finished(args, console, candidates, finished, e)
         print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
         warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
         return 1
@@ -224,13 +229,41 @@ def _standing(llm: LLM, jobs: list[ScoreJob], kept: KeptRows | None) -> KeptRows
     return kept
 
 
+def _print_finished(
+    args: argparse.Namespace,
+    console: Console,
+    candidates: list[str],
+    finished: dict[int, CandidateScore],
+    stopped: BaseException,
+) -> None:
+    """The candidates a run ``stopped`` cut short (a Ctrl-C, a failed round) had scored, printed
+    as a whole run prints them (in ``--json``'s list each at its place, null for the others; in
+    the table ranked among themselves); ``stopped`` gets a note saying so, or why they could not be."""
+    if not finished:
+        return
+    with HeldInterrupt():  # the run is stopping already: a second Ctrl-C as they go out would lose them
+        try:
+            _print_scores(args, console, candidates, [finished[i] for i in sorted(finished)])
+        except BrokenPipeError:  # the interrupt, or the failure, still ends the run, not this
+            stopped.add_note("standard output closed")
+            return
+        except StdoutUnwritable as e:
+            stopped.add_note(str(e))
+            return
+    others = ", null for the others" if args.json else ""
+    said = f"{len(finished)} of {counted(len(candidates), 'candidate')} scored, printed above{others}"
+    stopped.add_note(f"{said} (the same command scores them all again)")
+
+
 def _print_scores(
     args: argparse.Namespace, console: Console, candidates: list[str], scores: list[CandidateScore]
 ) -> None:
+    """``scores`` (each candidate's, or those scored of a run cut short: null in ``--json``'s list
+    for the others) as JSON in the candidates' order, or ranked in a table."""
     if args.json:
-        write_stdout(
-            json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2, allow_nan=False) + "\n"
-        )
+        by_place = {s.index: score_row(candidates[s.index], s) for s in scores}
+        rows = [by_place.get(i) for i in range(len(candidates))]
+        write_stdout(json.dumps(rows, indent=2, allow_nan=False) + "\n")
         return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by or ORDERS[0]), reverse=True)

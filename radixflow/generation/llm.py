@@ -6,6 +6,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from radixflow.generation.call_builder import CallBuilder
@@ -28,6 +29,7 @@ from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
     ScoringJob,
+    candidate_score,
     candidate_scores,
     refused_candidate,
     scoring_job,
@@ -144,19 +146,25 @@ class LLM(ModelHolder):
         candidates: Sequence[Prompt],
         namespace: str = "default",
         progress: Progress | None = None,
+        on_candidate: Callable[[CandidateScore], None] | None = None,
     ) -> list[CandidateScore]:
         """Each candidate's logprob given ``context``, in order (`generation.scoring`): text is
         tokenized alone (the context as a prompt, with the tokenizer's special tokens; candidates
         without), token ids are used as they are, and a conversation (a list of messages) is
         rendered by the chat template up to the assistant's turn, so the candidates are replies.
-        One batch: the cache computes the context once.
+        One batch: the cache computes the context once. ``on_candidate`` hears each score (its
+        ``index`` the candidate's place) as soon as it is answered, in the order they finish, so
+        a caller can keep what finished when the call is cut short.
 
         Raises ValueError for a context or candidate of another type, an empty one, or one that
         cannot run."""
+        if on_candidate is not None and not callable(on_candidate):
+            raise ValueError(f"on_candidate: must be a function (score), got {on_candidate!r}")
         ctx, prompts = self._scoring_job(context, candidates)
         labels = [f"candidate {i}" for i in range(len(prompts))]
         with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
-            outputs = self._generate(prompts, SCORING, namespace, progress, labels)
+            heard = None if on_candidate is None else partial(_heard, on_candidate, len(ctx))
+            outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
         return candidate_scores(len(ctx), outputs)
 
     def score_many(
@@ -269,3 +277,10 @@ class LLM(ModelHolder):
 def _plain_path(value: object) -> object:
     """``value``, or the string of a path object (``os.PathLike``)."""
     return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _heard(
+    on_candidate: Callable[[CandidateScore], None], context_len: int, i: int, out: GenerationOutput
+) -> None:
+    """`LLM.score`'s ``on_candidate`` told candidate ``i``'s score, from its output."""
+    on_candidate(candidate_score(i, context_len, out))

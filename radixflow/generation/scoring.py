@@ -134,13 +134,15 @@ def scoring_job(
 
 def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> list[CandidateScore]:
     """Each output's candidate part (past ``context_len`` prompt tokens) as a `CandidateScore`."""
-    scores = []
-    for i, out in enumerate(outputs):
-        entries = out.prompt_logprobs
-        assert entries is not None  # asked for by SCORING
-        part = [e for e in entries[context_len:] if e is not None]
-        logprobs = tuple(e.logprob for e in part)
-        ranks = tuple(e.rank or 0 for e in part)  # 0: not ranked (a runner that ranks nothing)
-        ids = out.prompt_token_ids[context_len:]
-        scores.append(CandidateScore(i, ids, logprobs, ranks, out.cached_tokens, len(out.prompt_token_ids)))
-    return scores
+    return [candidate_score(i, context_len, out) for i, out in enumerate(outputs)]
+
+
+def candidate_score(index: int, context_len: int, out: GenerationOutput) -> CandidateScore:
+    """Candidate ``index``'s output, past ``context_len`` prompt tokens, as a `CandidateScore`."""
+    entries = out.prompt_logprobs
+    assert entries is not None  # asked for by SCORING
+    part = [e for e in entries[context_len:] if e is not None]
+    logprobs = tuple(e.logprob for e in part)
+    ranks = tuple(e.rank or 0 for e in part)  # 0: not ranked (a runner that ranks nothing)
+    ids = out.prompt_token_ids[context_len:]
+    return CandidateScore(index, ids, logprobs, ranks, out.cached_tokens, len(out.prompt_token_ids))

@@ -94,6 +94,46 @@ def test_a_generate_whose_round_fails_still_prints_the_outputs_it_finished(zoo, 
     assert line.endswith("; 1 of 3 outputs finished, printed above (the same command runs them all again)")
 
 
+SCORE = ["score", "llama-tiny", "--context", "a", *[f"--candidate= {c}" for c in "bcd"]]
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_score_whose_round_fails_still_prints_the_candidates_it_scored(zoo, capsys, monkeypatch, json_flag):
+    """`generate` prints what finished before a failed round; `score --context` lost every
+    candidate already scored. Now they are printed (in --json's list at their places, null for
+    the others; in the table ranked among themselves)."""
+    from radixflow.runners.torch_runner import TorchRunner
+
+    failing, run, hear = [], TorchRunner.run, RequestBar.hear
+
+    def lost_once_one_is_done(self, batch):
+        if failing:
+            raise RuntimeError("device lost")
+        return run(self, batch)
+
+    def then_fail(self, done, total):
+        hear(self, done, total)
+        failing.append(done)
+
+    one_a_round = [*SCORE, "--max-requests", "1", *json_flag]  # the candidates finish in rounds of their own
+    assert main([*one_a_round, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(TorchRunner, "run", lost_once_one_is_done)
+    monkeypatch.setattr(RequestBar, "hear", then_fail)
+    assert main(one_a_round) == 1
+    out, err = capsys.readouterr()
+    others = ", null for the others" if json_flag else ""
+    said = f"; 1 of 3 candidates scored, printed above{others} (the same command scores them all again)"
+    assert err.splitlines()[-1].endswith(said)
+    if json_flag:
+        cut = json.loads(out)
+        assert len(cut) == 3 and sum(c is None for c in cut) == 2
+        assert all(c is None or c == w for c, w in zip(cut, whole, strict=True))
+    else:
+        assert len([w for w in whole if f"{w['total']:.4f}" in out]) == 1  # its row alone, ranked 1
+        assert "│ 1 " in out and "│ 2 " not in out
+
+
 BENCH = ["bench", "--runner", "sim", "--groups", "2", "--candidates", "2", "--context-len", "32"]
 
 

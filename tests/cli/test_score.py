@@ -31,7 +31,7 @@ def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(
     from radixflow.server.score import entry
 
     score = CandidateScore(0, (5, 6), (-0.5, bad), (1, 7), cached_tokens=0, prompt_tokens=3)
-    monkeypatch.setattr(LLM, "score", lambda self, context, candidates, progress=None: [score])
+    monkeypatch.setattr(LLM, "score", lambda self, context, candidates, **kwargs: [score])
 
     def score_many(self, contexts, candidates, progress=None, on_context=None):
         on_context(0, [score])

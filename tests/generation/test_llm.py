@@ -1209,9 +1209,10 @@ def test_a_ctrl_c_says_where_the_trace_is(zoo, tmp_path, capsys, monkeypatch, co
         else ["--context", "x", "--candidate", " y"]
     )
     assert main([command, MODEL, *given, "--trace-out", str(path)]) == 130
-    # the output finished as the Ctrl-C came is printed (generate), and said before the trace
+    # the output (candidate) finished as the Ctrl-C came is printed, and said before the trace
     printed = "1 of 1 output finished, printed above (the same command runs them all again); "
-    kept = printed if command == "generate" else ""
+    scored = "1 of 1 candidate scored, printed above (the same command scores them all again); "
+    kept = printed if command == "generate" else scored
     said = f"radixflow: interrupted; {kept}the trace, down to where the run stopped, is in {path}"
     assert capsys.readouterr().err.splitlines()[-1] == said
     assert json.loads(path.read_text())["traceEvents"]

@@ -1060,3 +1060,13 @@ def test_chat_on_a_model_without_a_chat_template_is_told_to_drop_the_flag(zoo, c
     err = capsys.readouterr().err
     said = "--chat: this model has no chat template (drop --chat to score the context as text)"
     assert err == f"radixflow: error: {said}\n"
+
+
+def test_score_hears_each_candidate_as_it_is_answered(llm):
+    # a caller cut short (a failed round, a Ctrl-C) kept nothing of score(): score_many had
+    # on_context, score no way to hear a candidate before the call returned
+    heard = []
+    scores = llm.score(CONTEXT, [" a", " b c", [5, 9]], on_candidate=heard.append)
+    assert sorted(heard, key=lambda s: s.index) == scores
+    with pytest.raises(ValueError, match="on_candidate: must be a function"):
+        llm.score(CONTEXT, [" a"], on_candidate=[])

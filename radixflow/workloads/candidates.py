@@ -105,9 +105,9 @@ class WorkloadSpec:
         if self.skewed and least > MAX_WORKLOAD_TOKENS:  # every group has at least one request
             return Problem(
                 "groups",
-                f"workload too large: {self.groups} groups of at least one request of "
-                f"{least // self.groups} tokens ({_summed(PROMPT_KEYS, spell)}) are "
-                f"at least {least} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
+                f"workload too large: {shown(self.groups)} groups of at least one request of "
+                f"{shown(least // self.groups)} tokens ({_summed(PROMPT_KEYS, spell)}) are "
+                f"at least {shown(least)} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         # counted at its least (one request a group) first, so that far too many are never sized
         if self.skewed and (problem := self._count_problem(self.groups + self.independent, True, spell)):
@@ -118,9 +118,9 @@ class WorkloadSpec:
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             return Problem(
                 self._largest_factor(),
-                f"workload too large: {self.requests} requests ({_counted_words(spell)}) of "
-                f"up to {self.prompt_len} tokens ({self.prompt_words(spell)}) are "
-                f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
+                f"workload too large: {shown(self.requests)} requests ({_counted_words(spell)}) of "
+                f"up to {shown(self.prompt_len)} tokens ({self.prompt_words(spell)}) are "
+                f"{shown(self.total_tokens)} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         return self._count_problem(self.requests, False, spell)
 
@@ -130,7 +130,7 @@ class WorkloadSpec:
             return None
         return Problem(
             max(COUNT_KEYS, key=lambda name: getattr(self, name)),
-            f"workload too large: {'at least ' if least else ''}{count} requests "
+            f"workload too large: {'at least ' if least else ''}{shown(count)} requests "
             f"({_counted_words(spell)}); the limit is {MAX_WORKLOAD_REQUESTS} requests",
         )
 
@@ -180,7 +180,7 @@ class WorkloadSpec:
         turns = self.prompt_parts()["candidate_len"] // self.candidate_len
         words = {key: spell(key) for key in self.prompt_parts()}
         if turns != 1 and words["candidate_len"] is not None:
-            words["candidate_len"] = f"{turns} turns × {words['candidate_len']}"
+            words["candidate_len"] = f"{shown(turns)} turns × {words['candidate_len']}"
         return " + ".join(word for word in words.values() if word is not None)
 
     def prompt_lengths(self) -> list[int]:
@@ -239,7 +239,8 @@ def value_rule(name: str, value: object) -> str | None:
     if (rule := kind_rule(name, value)) is not None:
         return rule
     assert isinstance(value, int | float)  # kind_rule passed a number key's
-    if not math.isfinite(value):
+    # an int is finite, and math.isfinite cannot take one past a float's range (10**400)
+    if isinstance(value, float) and not math.isfinite(value):
         return NOT_FINITE
     low = AT_LEAST[name]
     return None if value >= low else f"must be at least {low:g}{_LEAST_WHY.get(name, '')}"

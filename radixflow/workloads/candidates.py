@@ -109,8 +109,11 @@ class WorkloadSpec:
                 f"{shown(least // self.groups)} tokens ({_summed(PROMPT_KEYS, spell)}) are "
                 f"at least {shown(least)} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
-        # counted at its least (one request a group) first, so that far too many are never sized
-        if self.skewed and (problem := self._count_problem(self.groups + self.independent, True, spell)):
+        # counted at its least first, so that far too many are never sized (nor shared out as
+        # floats, which overflow past 1e308): each group rounds its share of groups x candidates
+        # to at least one, and at most half a request below it, so they hold at least this many
+        least_requests = max(self.groups, self.groups * self.candidates - self.groups // 2)
+        if self.skewed and (problem := self._count_problem(least_requests + self.independent, True, spell)):
             return problem
         if self.requests == 0:  # named for what was given: no candidates for the groups, or no groups
             empty = "empty workload: no groups/candidates and no independent requests"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.workloads.candidates import WorkloadSpec
+from radixflow.problems import shown
+from radixflow.workloads.candidates import MAX_WORKLOAD_REQUESTS, WorkloadSpec
 
 HUGE = 10**400  # past a float's range: an integer a TOML key or a flag may still spell
 
@@ -23,6 +24,16 @@ def test_an_integer_past_a_float_s_range_is_a_problem_not_an_overflow(key, refus
 def test_a_huge_group_count_is_refused_as_too_large():
     problem = WorkloadSpec(groups=HUGE).problem()
     assert problem is not None and problem.param == "groups" and "too large" in problem.message
+
+
+@pytest.mark.parametrize("candidates", [HUGE, 10**20], ids=["1e400", "1e20"])
+def test_a_skewed_workload_of_far_too_many_candidates_is_refused_before_its_groups_are_sized(candidates):
+    # groups x candidates shares were computed as floats: OverflowError past 1e308, and below it a
+    # count rounded in the message (800000000000000090112 requests for 8 x 10**20)
+    problem = WorkloadSpec(candidates=candidates, skew=1.0).problem()
+    assert problem is not None and problem.param == "candidates"
+    assert f"at least {shown(8 * candidates - 4)} requests" in problem.message
+    assert f"the limit is {MAX_WORKLOAD_REQUESTS} requests" in problem.message
 
 
 @pytest.mark.parametrize("groups", [str(HUGE), "9" * 4300], ids=["1e400", "4300 digits"])

@@ -144,10 +144,13 @@ class Cell:
         if share is None:
             return self.workload
         grouped = WorkloadSpec(**{**self.workload, "independent": 0})
+        # refused for its groups alone (empty, too large, too slow): no count to derive, and a
+        # float of a count past 1e308 overflowed
+        if grouped.problem() is not None:
+            return {**self.workload, "independent": 0}
         # a skewed workload's groups are sized by popularity, at least one request each: its
-        # queue may hold more than groups x candidates (counted only once it can be built)
-        count = grouped.groups * grouped.candidates if grouped.problem() else grouped.requests
-        return {**self.workload, "independent": round(share * count / (1 - share))}
+        # queue may hold more than groups x candidates
+        return {**self.workload, "independent": round(share * grouped.requests / (1 - share))}
 
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: what determines its results. Its settings and workload as

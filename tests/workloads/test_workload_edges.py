@@ -44,3 +44,19 @@ def test_bench_refuses_a_huge_group_count_in_one_short_line(capsys, groups):
     assert main(["bench", "--runner", "sim", "--groups", groups]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and "--groups" in err and len(err) < 400
+
+
+@pytest.mark.parametrize("skew", ["0.0", "1.0"])
+def test_an_independent_share_beside_far_too_many_candidates_is_refused_in_one_line(tmp_path, skew):
+    # the share's count, share x groups x candidates, was a float: OverflowError past 1e308
+    from radixflow.experiments.config import ExperimentConfigError
+    from radixflow.experiments.config_parse import load_config
+
+    path = tmp_path / "e.toml"
+    path.write_text(
+        'name = "e"\npolicies = ["native"]\nseeds = [0]\n[defaults]\nrunner = "sim"\nmodel = "qwen3_5-2b"\n'
+        f"independent_share = 0.5\n[defaults.workload]\ncandidates = {HUGE}\nskew = {skew}\n"
+    )
+    with pytest.raises(ExperimentConfigError) as e:
+        load_config(path)
+    assert ": defaults.workload.candidates: workload too large" in str(e.value) and "\n" not in str(e.value)

@@ -242,11 +242,21 @@ def value_rule(name: str, value: object) -> str | None:
     if (rule := kind_rule(name, value)) is not None:
         return rule
     assert isinstance(value, int | float)  # kind_rule passed a number key's
-    # an int is finite, and math.isfinite cannot take one past a float's range (10**400)
-    if isinstance(value, float) and not math.isfinite(value):
+    if not _finite(name, value):
         return NOT_FINITE
     low = AT_LEAST[name]
     return None if value >= low else f"must be at least {low:g}{_LEAST_WHY.get(name, '')}"
+
+
+def _finite(name: str, value: int | float) -> bool:
+    """Whether ``value`` is finite as the key ``name`` runs it: an integer key's int always is, a
+    number key's int is a float (one past its range, 10**400, is none: math.isfinite overflows)."""
+    if _KINDS[name] is int:
+        return True
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _summed(keys: tuple[str, ...], spell: KeySpell) -> str:

@@ -60,3 +60,11 @@ def test_an_independent_share_beside_far_too_many_candidates_is_refused_in_one_l
     with pytest.raises(ExperimentConfigError) as e:
         load_config(path)
     assert ": defaults.workload.candidates: workload too large" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["rate", "skew"])
+def test_a_number_key_given_an_integer_past_a_float_s_range_is_not_finite(key):
+    # a TOML `rate = 1000...0` (401 digits) passed, then raised OverflowError drawing its gaps
+    problem = WorkloadSpec(**{key: HUGE, "arrival": "poisson"}).problem()
+    assert problem is not None and problem.param == key
+    assert problem.message.startswith("must be a finite number, got 100000000000...")

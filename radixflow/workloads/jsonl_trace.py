@@ -89,21 +89,25 @@ def _lines(path: str | Path) -> Iterator[tuple[str, str]]:
     lineno = 0
     with open(path, "rb") as f:
         for raw in f:
-            text = _decode(raw, f"{path}:{lineno + 1}", first=lineno == 0)
+            text = _decode(raw, path, lineno, first=lineno == 0)
             for line in text.removesuffix("\n").removesuffix("\r").split("\r"):
                 lineno += 1
                 yield f"{path}:{lineno}", line
 
 
-def _decode(raw: bytes, where: str, first: bool) -> str:
+def _decode(raw: bytes, path: str | Path, lineno: int, first: bool) -> str:
+    """``raw`` as text; the lines before it are ``lineno``. A byte that is not UTF-8 is named on
+    its own line: ``raw`` holds several where lone carriage returns end them."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         kind = first_line_kind(raw) if first else None
         if kind is not None:
-            raise TraceError(f"{where}: not UTF-8 text ({kind})") from None
+            raise TraceError(f"{path}:{lineno + 1}: not UTF-8 text ({kind})") from None
+        before = raw[: e.start]
+        line, column = lineno + 1 + before.count(b"\r"), e.start - before.rfind(b"\r")
         raise TraceError(
-            f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column}); "
             "a trace is UTF-8 JSON Lines"
         ) from None
     return text.removeprefix("\ufeff") if first else text

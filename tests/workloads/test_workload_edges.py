@@ -6,6 +6,7 @@ import pytest
 
 from radixflow.problems import shown
 from radixflow.workloads.candidates import MAX_WORKLOAD_REQUESTS, WorkloadSpec
+from radixflow.workloads.jsonl_trace import TraceError, read_trace
 
 HUGE = 10**400  # past a float's range: an integer a TOML key or a flag may still spell
 
@@ -68,3 +69,12 @@ def test_a_number_key_given_an_integer_past_a_float_s_range_is_not_finite(key):
     problem = WorkloadSpec(**{key: HUGE, "arrival": "poisson"}).problem()
     assert problem is not None and problem.param == key
     assert problem.message.startswith("must be a finite number, got 100000000000...")
+
+
+def test_a_byte_not_utf8_on_a_line_ended_by_a_lone_carriage_return_names_its_own_line(tmp_path):
+    # lines ended by "\r" are split after decoding: the byte on the second was said to be on
+    # the first, at a column counted from the first's start (33)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"id": "a", "prompt": [1]}\r{"id": "\xff", "prompt": [2]}\r')
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: not UTF-8 text \(byte 0xff at column 9\)"):
+        read_trace(path)

@@ -78,3 +78,21 @@ def test_a_byte_not_utf8_on_a_line_ended_by_a_lone_carriage_return_names_its_own
     path.write_bytes(b'{"id": "a", "prompt": [1]}\r{"id": "\xff", "prompt": [2]}\r')
     with pytest.raises(TraceError, match=r"t\.jsonl:2: not UTF-8 text \(byte 0xff at column 9\)"):
         read_trace(path)
+
+
+def test_usage_md_gives_every_workload_key_its_default_and_every_kind():
+    # the keys a TOML cell takes beyond bench's flags (kind, skew, shared_prefix_len, burst_size)
+    # were named on no page a user reads
+    from dataclasses import fields
+    from pathlib import Path
+
+    from radixflow.workloads.candidates import KINDS
+
+    text = (Path(__file__).parents[2] / "docs" / "usage.md").read_text()
+    start = text.index("A generated workload (`radixflow.workloads.candidates.WorkloadSpec`)")
+    paragraph = " ".join(text[start : text.index("\n\n", start)].split())
+    for f in fields(WorkloadSpec):
+        if f.name not in ("vocab_size", "seed"):  # the model's, the run's
+            default = f"`{f.default}`" if isinstance(f.default, str) else f"{f.default:g}"
+            assert f"`{f.name}` ({default}" in paragraph, f.name
+    assert all(f"`{kind}`" in paragraph for kind in KINDS)

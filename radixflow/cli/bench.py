@@ -35,7 +35,13 @@ from radixflow.cli.bench_outputs import (
     write_outputs,
     write_text,
 )
-from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
+from radixflow.cli.bench_setup import (
+    check_generated,
+    check_generated_context,
+    load_trace,
+    load_workload,
+    workload_spec,
+)
 from radixflow.cli.command import StdoutUnwritable, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
@@ -60,12 +66,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     refuse_runner_settings(options)  # before the model is resolved
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
+    trace = load_trace(args)  # a malformed trace too, before the model is resolved (a zoo model built)
     plan = plan_engine(options)
     spec = check_generated(args, plan)
     # warnings are of a run that goes ahead: after what refuses it up front
     warn_ineffective(args, runner_name(options))
     warn_ineffective_options(args, options)
-    work, workload = load_workload(args, plan.choice.vocab_size)
+    work, workload = load_workload(args, plan.choice.vocab_size, trace)
     requests = work.requests
     setup = plan.build([len(r.prompt) for r in requests])
     warn_ineffective_for_model(args, plan.choice.has_recurrent)

@@ -43,12 +43,26 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
     return spec
 
 
-def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[Workload, dict[str, object]]:
-    if args.trace is not None:
-        try:
-            return read_trace(args.trace), {"trace": str(args.trace)}
-        except TraceError as e:  # the reader names the file; the flag is this command's to name
-            raise UsageError(f"--trace {e}") from None
+Loaded = tuple[Workload, dict[str, object]]  # the workload, and how `--json` describes it
+
+
+def load_trace(args: argparse.Namespace) -> Loaded | None:
+    """The ``--trace`` workload (None: a generated one), read before the model is resolved: a bad
+    line is bad input, refused before any work (a zoo model built, a checkpoint read)."""
+    if args.trace is None:
+        return None
+    try:
+        return read_trace(args.trace), {"trace": str(args.trace)}
+    except TraceError as e:  # the reader names the file; the flag is this command's to name
+        raise UsageError(f"--trace {e}") from None
+
+
+def load_workload(args: argparse.Namespace, vocab_size: int, trace: Loaded | None = None) -> Loaded:
+    """The run's workload: ``trace`` (`load_trace`'s), or one generated below ``vocab_size``."""
+    if trace is None:
+        trace = load_trace(args)
+    if trace is not None:
+        return trace
     spec = workload_spec(args, vocab_size)
     return build_workload(spec), spec.to_dict()
 

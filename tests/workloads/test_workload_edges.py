@@ -96,3 +96,16 @@ def test_usage_md_gives_every_workload_key_its_default_and_every_kind():
             default = f"`{f.default}`" if isinstance(f.default, str) else f"{f.default:g}"
             assert f"`{f.name}` ({default}" in paragraph, f.name
     assert all(f"`{kind}`" in paragraph for kind in KINDS)
+
+
+def test_bench_refuses_a_malformed_trace_before_the_model_is_resolved(tmp_path, monkeypatch, capsys):
+    # the trace was read once the model was resolved: a zoo model built (12 s on CPU) before a
+    # bad line was refused, which the docs call bad input, refused before any work
+    import radixflow.cli.bench as bench
+    from radixflow.cli import main
+
+    monkeypatch.setattr(bench, "plan_engine", lambda _: pytest.fail("the model was resolved first"))
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": "hello"}\n')
+    assert main(["bench", "--trace", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"radixflow: error: --trace {path}:1: 'prompt' must be")

@@ -122,5 +122,7 @@ def _arrivals(spec: WorkloadSpec, n: int, rng: random.Random) -> list[float]:
             out.append(t)
             t += rng.expovariate(spec.rate)
         return out
+    if spec.burst_size >= n:  # one burst (and no gap to compute: a huge burst overflowed a float)
+        return [0.0] * n
     gap = spec.burst_size / spec.rate  # bursty: same mean rate, arriving in clumps
     return [(i // spec.burst_size) * gap for i in range(n)]

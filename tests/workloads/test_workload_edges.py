@@ -109,3 +109,11 @@ def test_bench_refuses_a_malformed_trace_before_the_model_is_resolved(tmp_path, 
     path.write_text('{"id": "a", "prompt": "hello"}\n')
     assert main(["bench", "--trace", str(path)]) == 2
     assert capsys.readouterr().err.startswith(f"radixflow: error: --trace {path}:1: 'prompt' must be")
+
+
+def test_a_burst_larger_than_a_float_holds_arrives_at_once():
+    # its spec passed, then the gap between bursts, burst_size / rate, raised OverflowError
+    from radixflow.workloads.build import build_workload
+
+    work = build_workload(WorkloadSpec(groups=1, candidates=3, arrival="bursty", burst_size=HUGE))
+    assert [r.arrival_s for r in work.requests] == [0.0] * 3

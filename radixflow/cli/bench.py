@@ -50,6 +50,8 @@ from radixflow.engine.records import RoundRecord
 from radixflow.engine.run_setup import run_config
 from radixflow.options import EngineOptions, EnginePlan, EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
+from radixflow.options.runners import name_problem
+from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request, RequestStatus
@@ -66,6 +68,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     refuse_runner_settings(options)  # before the model is resolved
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
+    elif (problem := name_problem(options)) is not None:  # at once, not after a long trace is read
+        raise ProblemError(problem)
     trace = load_trace(args)  # a malformed trace too, before the model is resolved (a zoo model built)
     plan = plan_engine(options)
     spec = check_generated(args, plan)

@@ -117,3 +117,16 @@ def test_a_burst_larger_than_a_float_holds_arrives_at_once():
 
     work = build_workload(WorkloadSpec(groups=1, candidates=3, arrival="bursty", burst_size=HUGE))
     assert [r.arrival_s for r in work.requests] == [0.0] * 3
+
+
+def test_bench_refuses_an_unknown_model_before_reading_a_trace(tmp_path, monkeypatch, capsys):
+    # the trace is read before the model is resolved; a misspelt model is still refused first (a
+    # trace of 2**20 requests takes minutes to read)
+    import radixflow.cli.bench_setup as bench_setup
+    from radixflow.cli import main
+
+    monkeypatch.setattr(bench_setup, "read_trace", lambda *_: pytest.fail("the trace was read first"))
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1]}\n')
+    assert main(["bench", "--runner", "sim", "--model", "no-such-model", "--trace", str(path)]) == 2
+    assert "--model" in capsys.readouterr().err

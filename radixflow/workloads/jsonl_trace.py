@@ -41,6 +41,7 @@ def trace_text(workload: Workload) -> str:
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 REQUIRED = ("id", "prompt")
+STRAY_BOM = "a UTF-8 byte order mark starts this line; one may only start the file (files joined?)"
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
 
 
@@ -64,6 +65,8 @@ def read_trace(
                 continue
             if not out:
                 _not_another_trace(line, where)
+            if line.startswith("\ufeff"):  # the first line's is gone (`_decode`)
+                raise TraceError(f"{where}: {STRAY_BOM}")
             req, tag = _parse(line, where)
             if req.id in tags:
                 raise TraceError(f"{where}: duplicate request id {req.id!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from radixflow.problems import shown
@@ -130,3 +132,14 @@ def test_bench_refuses_an_unknown_model_before_reading_a_trace(tmp_path, monkeyp
     path.write_text('{"id": "a", "prompt": [1]}\n')
     assert main(["bench", "--runner", "sim", "--model", "no-such-model", "--trace", str(path)]) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_inside_a_trace_says_what_it_is(tmp_path):
+    # two traces saved with a BOM and joined (cat a b > t): "not valid JSON (Unexpected UTF-8 BOM
+    # (decode using utf-8-sig))", advice for Python code, not for a trace's reader
+    path = tmp_path / "t.jsonl"
+    row = '\ufeff{"id": "%s", "prompt": [1]}\n'
+    path.write_text(row % "a" + row % "b", encoding="utf-8")
+    said = "t.jsonl:2: a UTF-8 byte order mark starts this line; one may only start the file (files joined?)"
+    with pytest.raises(TraceError, match=re.escape(said)):
+        read_trace(path)

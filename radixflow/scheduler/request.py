@@ -28,13 +28,18 @@ class RequestStatus(Enum):
         return self in (RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.ABORTED)
 
 
+# frozen, so one serves every request given none: making one per request (its numbers made
+# plain) was most of what reading a long trace cost
+DEFAULT_SAMPLING = SamplingParams()
+
+
 @dataclass(eq=False)
 class Request:
     id: str
     prompt: tuple[int, ...]
     namespace: str = "default"
     arrival_s: float = 0.0
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling: SamplingParams = DEFAULT_SAMPLING
 
     # Scheduler-owned state. Invariant: reused <= computed <= len(prompt) + len(output) - 1 once
     # decoding (the last sampled token is fed next round); block_table covers [0, computed)

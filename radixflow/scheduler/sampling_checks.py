@@ -132,7 +132,7 @@ def plain(x: object) -> object:
     so the checks read it as the number it is and seeds mix as Python ints; a bool, a float
     that is no integer, a float as typed (the command line's: `typed_floats` holds it plain once
     checked), and anything else stay as they are, for the checks to name."""
-    if isinstance(x, bool) or type(x) in (int, float):
+    if x is None or isinstance(x, bool) or type(x) in (int, float):  # most fields: no ABC check
         return x
     if isinstance(x, float) and isinstance(getattr(x, "text", None), str):
         return x  # a flag's number as typed (options.numerals.Written): a refusal quotes it so

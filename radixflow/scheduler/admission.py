@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Protocol
 
 from radixflow.plugins import Registry, from_outside
@@ -91,11 +92,22 @@ class CheckedAdmission:
 
     def may_evict(self, ctx: AdmissionContext) -> list[int]:
         got = self.inner.may_evict(ctx)
-        why = "not a list of positions" if not isinstance(got, list | tuple) else None
-        strays = [] if why else [p for p in got if p not in ctx.wanted]
-        if strays:
-            why = f"{shown(strays[0])} is not one of the wanted {shown(ctx.wanted)}"
+        why = _unwanted(got, ctx)
         if why is not None:
             called = f"{self.name!r} ({type(self.inner).__qualname__}) may_evict returned {shown(got)}"
             raise ProblemError(Problem("admission", f"{called}: {why}"))
-        return sorted(set(got))  # as the protocol says: sorted, each once
+        return sorted({int(p) for p in got})  # as the protocol says: sorted, each once; plain ints
+
+
+def _unwanted(got: object, ctx: AdmissionContext) -> str | None:
+    """Why ``got`` is no answer of `CheckpointAdmission.may_evict` for ``ctx`` (None: it is): the
+    integers a placement answers (`placement._outside`), 32.0 or True no position though equal to
+    one. Pure."""
+    if not isinstance(got, list | tuple):
+        return "not a list of positions"
+    for p in got:
+        if not isinstance(p, Integral) or isinstance(p, bool):  # numpy's integers are integers
+            return f"{shown(p)} is not an integer"
+        if p not in ctx.wanted:
+            return f"{shown(p)} is not one of the wanted {shown(ctx.wanted)}"
+    return None

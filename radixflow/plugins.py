@@ -149,7 +149,8 @@ class Registry(dict[str, V]):
 
     def register(self, name: str, entry: V) -> V:
         """Adds ``entry`` as ``name`` and returns it; a ValueError, the registry unchanged, for a
-        name it has already or one no door can spell."""
+        name it has already or one no door can spell. Imports no plugin: one registering a name
+        that a plugin imported later takes is refused at that plugin's import instead."""
         why = self._refused(name)
         if why is not None:
             raise ValueError(f"{self.what} {name!r}{why}")
@@ -161,8 +162,10 @@ class Registry(dict[str, V]):
             return ": a name is a non-empty string without spaces at its ends"
         if any(s in name for s in SEPARATORS):
             return ": a name holds no '@' nor '+' (an experiment's variant splits on them)"
-        if name in self:
-            was = self[name]
+        # the names it has now, no plugin imported: a plugin registers as another thread's first
+        # read imports it (waiting for the import lock this thread holds, under the plugins' one)
+        if dict.__contains__(self, name):
+            was = dict.__getitem__(self, name)
             called = getattr(was, "__qualname__", was if isinstance(was, str) else type(was).__qualname__)
             return f" is registered already ({called}): register yours under another name"
         return None

@@ -167,3 +167,35 @@ def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp
         SCHEDULING_POLICIES.pop("half", None)
         sys.modules.pop("waits_plugin", None)
         forget_plugins()
+
+
+class TakenLock(WatchedLock):
+    """The plugins' lock, saying (``taken``) when a thread has it."""
+
+    def __enter__(self) -> TakenLock:
+        super().__enter__()
+        self.waiting.set()
+        return self
+
+
+def test_a_thread_importing_a_plugin_while_another_imports_it_for_a_registry_read_both_go_on(
+    gate, monkeypatch
+):
+    # `import slow_plugin` in one thread (its module lock held), a first registry read in another
+    # (the plugins' lock held, waiting for that module lock): the plugin's `register` read the
+    # registry, so waited for the plugins' lock: each thread held what the other waited for
+    taken = threading.Event()
+    monkeypatch.setattr(plugins, "_lock", TakenLock(taken), raising=False)
+    importer = threading.Thread(target=lambda: __import__("slow_plugin"), daemon=True)
+    importer.start()
+    assert gate.started.wait(timeout=30)
+    seen: list[bool] = []
+    reader = threading.Thread(target=lambda: seen.append("late" in SCHEDULING_POLICIES), daemon=True)
+    reader.start()
+    assert taken.wait(timeout=30)
+    gate.proceed.set()
+    importer.join(timeout=10)  # a safety net: before the fix both threads waited for ever
+    reader.join(timeout=10)
+    assert not importer.is_alive() and not reader.is_alive()
+    assert seen == [True]
+    assert gate.imports == ["slow_plugin"]

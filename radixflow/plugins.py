@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from radixflow.package import source_digest
+from radixflow.problems import warn
 
 V = TypeVar("V")
 
@@ -27,9 +28,14 @@ SEPARATORS = ("@", "+")
 PLUGINS_ENV = "RADIXFLOW_PLUGINS"
 _imported: str | None = None  # the PLUGINS_ENV whose modules are imported (None: not yet)
 _importing: str | None = None  # the PLUGINS_ENV whose modules the thread holding `_lock` imports
+_importer = ""  # the name of the thread that imports them
+_told = False  # whether a thread waiting for this import said so (once an import)
 # one thread imports the modules while the others wait (a server's handlers reading a registry
-# first at once); re-entrant: a plugin's own `register` reads the registry as it is imported
+# first at once); re-entrant: a plugin reads a registry as it is imported
 _lock = threading.RLock()
+# a thread waiting longer for another's import of the plugins says so, and waits on: a plugin
+# whose import waits for a thread that reads a registry (one it started) waits for ever
+SLOW_IMPORT_S = 10.0
 
 
 class PluginError(ValueError):
@@ -39,21 +45,40 @@ class PluginError(ValueError):
 def import_plugins() -> None:
     """Imports each module PLUGINS_ENV names, once per value; `PluginError` for one that fails.
     One thread imports them; another reading a registry meanwhile waits until they are all in."""
-    global _imported, _importing
+    global _imported, _importing, _importer, _told
     named = os.environ.get(PLUGINS_ENV, "")
     if named == _imported:  # set once every module is in: a reader never finds them half made
         return
-    with _lock:
-        # imported while this thread waited; or this thread's own import, a plugin's `register`
-        # reading the registry as the plugin is imported (only the lock's holder sees it)
+    _wait_for_lock()
+    try:
+        # imported while this thread waited; or this thread's own import, a plugin reading a
+        # registry as it is imported (only the lock's holder sees it)
         if named in (_imported, _importing):
             return
-        _importing = named
+        _importing, _importer, _told = named, threading.current_thread().name, False
         try:
             _import_each(named)
         finally:
             _importing = None
         _imported = named
+    finally:
+        _lock.release()
+
+
+def _wait_for_lock() -> None:
+    """Takes `_lock`; a thread that waits `SLOW_IMPORT_S` for another's import says so in one
+    line (the first of them, once an import) and waits on: a slow import is no error."""
+    global _told
+    if _lock.acquire(timeout=SLOW_IMPORT_S):
+        return
+    if not _told and _importing is not None:  # None: the import ended as this thread gave up
+        _told = True
+        why = "a plugin's import that waits for a thread reading a registry waits for ever"
+        warn(
+            f"{PLUGINS_ENV}: waited {SLOW_IMPORT_S:g} s for thread {_importer!r} importing "
+            f"{_importing!r}; waiting on ({why})"
+        )
+    _lock.acquire()
 
 
 def _import_each(named: str) -> None:

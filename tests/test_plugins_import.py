@@ -40,13 +40,13 @@ class WatchedLock:
         self.lock = threading.RLock()
         self.waiting = waiting
 
-    def __enter__(self) -> WatchedLock:
+    def acquire(self, timeout: float = -1) -> bool:
         if not self.lock.acquire(blocking=False):
             self.waiting.set()
-            self.lock.acquire()
-        return self
+            return self.lock.acquire(timeout=timeout)
+        return True
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
         self.lock.release()
 
 
@@ -172,10 +172,10 @@ def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp
 class TakenLock(WatchedLock):
     """The plugins' lock, saying (``taken``) when a thread has it."""
 
-    def __enter__(self) -> TakenLock:
-        super().__enter__()
+    def acquire(self, timeout: float = -1) -> bool:
+        taken = super().acquire(timeout)
         self.waiting.set()
-        return self
+        return taken
 
 
 def test_a_thread_importing_a_plugin_while_another_imports_it_for_a_registry_read_both_go_on(
@@ -199,3 +199,50 @@ def test_a_thread_importing_a_plugin_while_another_imports_it_for_a_registry_rea
     assert not importer.is_alive() and not reader.is_alive()
     assert seen == [True]
     assert gate.imports == ["slow_plugin"]
+
+
+# a plugin whose import starts a thread reading a registry and waits for it (for what the test
+# lets it: a plugin waiting for ever hangs with no word of why)
+WAITING_PLUGIN = """
+import threading
+
+import slow_gate
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+
+class Early(Native):
+    name = "early"
+
+
+SCHEDULING_POLICIES.register("early", Early)
+reader = threading.Thread(target=lambda: slow_gate.seen.append("early" in SCHEDULING_POLICIES))
+reader.start()
+slow_gate.told.wait(timeout=10)  # a safety net for a broken test, never the synchronisation
+"""
+
+
+def test_a_thread_waiting_for_the_import_of_a_plugin_that_waits_for_it_says_so_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "waiting_plugin.py").write_text(WAITING_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = types.SimpleNamespace(told=threading.Event(), seen=[])
+    monkeypatch.setitem(sys.modules, "slow_gate", gate)
+    monkeypatch.setenv(PLUGINS_ENV, "waiting_plugin")
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_S", 0.0)  # the import holds the lock: no wait is short
+    said = plugins.warn
+    monkeypatch.setattr(plugins, "warn", lambda line: (said(line), gate.told.set()))
+    forget_plugins()
+    try:
+        assert "early" in SCHEDULING_POLICIES
+        sys.modules["waiting_plugin"].reader.join(timeout=10)
+    finally:
+        SCHEDULING_POLICIES.pop("early", None)
+        sys.modules.pop("waiting_plugin", None)
+        forget_plugins()
+    assert gate.told.is_set()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("radixflow: warning: RADIXFLOW_PLUGINS: waited 0 s for thread 'MainThread'")
+    assert "importing 'waiting_plugin'" in err
+    assert gate.seen == [True]  # it waits on: every plugin's name is in when it reads

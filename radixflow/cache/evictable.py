@@ -17,7 +17,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 
-from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority
+from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority, lowered_key
 from radixflow.cache.ledger import ByteLedger
 from radixflow.cache.node import Node
 from radixflow.cache.tree import Tree
@@ -36,10 +36,14 @@ class EvictionQueue:
         eligible: Callable[[Node], bool],
         priority: Callable[[Node], Priority],
         live: Callable[[Node], bool],
+        lowered: Callable[[Node, Priority, Priority], None] | None = None,
     ) -> None:
         self._eligible = eligible  # may this node be evicted now?
         self._priority = priority  # smallest first
         self._live = live  # is the node still in the tree?
+        # told of an entry met at the top above its node's priority (key, then priority): a key
+        # that dropped with no `requeue`, which the pops before may have passed over
+        self._lowered = lowered
         # (priority, node id, push sequence, node): ties go by node id, and the sequence keeps two
         # entries of one node apart without comparing nodes
         self._heap: list[tuple[Priority, int, int, Node]] = []
@@ -78,6 +82,8 @@ class EvictionQueue:
                 continue
             current = self._priority(node)
             if current != key:
+                if current < key and self._lowered is not None:  # only when a key moved: no cost
+                    self._lowered(node, key, current)
                 heapq.heapreplace(self._heap, (current, nid, next(self._seq), node))
                 continue
             return node
@@ -158,8 +164,9 @@ class Evictor:
         self.policy = policy
         self.ledger = ledger or ByteLedger(tree.kv, tree.slots, 1, 1, None)
         kv, ckpt, live = EntryKind.KV, EntryKind.CHECKPOINT, tree.is_live
-        self.kv_victims = EvictionQueue(kv_evictable, lambda n: policy.priority(n, kv), live)
-        self.state_victims = EvictionQueue(checkpoint_evictable, lambda n: policy.priority(n, ckpt), live)
+        kv_key, ckpt_key = (lambda n: policy.priority(n, kv)), (lambda n: policy.priority(n, ckpt))
+        self.kv_victims = EvictionQueue(kv_evictable, kv_key, live, lowered_key(policy, kv))
+        self.state_victims = EvictionQueue(checkpoint_evictable, ckpt_key, live, lowered_key(policy, ckpt))
         # entries evicted, by kind: KV leaves, and checkpoints (those lost with their leaf included)
         self.evictions: Counter[EntryKind] = Counter()
 

@@ -3,15 +3,17 @@ KV and checkpoints through the tree's own operations."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from radixflow.cache.evictable import EvictionQueue, Evictor
-from radixflow.cache.eviction import LRU
+from radixflow.cache.eviction import LRU, EntryKind
 from radixflow.cache.node import Checkpoint, Node
 from radixflow.cache.pool import IdPool
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import Readiness
+from radixflow.problems import ProblemError
 
 
 @given(st.lists(st.tuples(st.sampled_from(["offer", "touch", "block", "pop", "remove"]), st.integers(0, 9))))
@@ -122,3 +124,57 @@ def test_requeue_keeps_the_true_minimum_when_a_priority_drops(ops):
         for key, nid, *_ in q.stored().values():
             assert key <= (prio[nid],)
         assert q.stale >= 0
+
+
+class Worth:
+    """A policy not coupled to the tree, its keys set by the test: ``worth`` by node id."""
+
+    name = "worth"
+    clock = 0.0
+    coupled = False
+
+    def __init__(self) -> None:
+        self.worth: dict[int, int] = {}
+
+    def priority(self, node: Node, kind: EntryKind) -> tuple[float, ...]:
+        return (self.worth[node.id],)
+
+    def evicted(self, node: Node, kind: EntryKind) -> None:
+        pass
+
+    def computed(self, node: Node, tokens: int) -> None:
+        pass
+
+
+def test_a_key_that_dropped_while_queued_is_refused_in_one_line_naming_the_policy():
+    # keys only grow while queued (the heaps are lazy): a policy whose key dropped had its node
+    # passed over for a worse victim without a word; where the heap pops it next, it is refused
+    tree = Tree(1, IdPool(2, "KV blocks"), IdPool(0, "state slots"))
+    (a,), (b,) = tree.path("n", (1,), 1), tree.path("n", (2,), 1)
+    policy = Worth()
+    policy.worth = {a.id: 3, b.id: 5}
+    evictor = Evictor(tree, policy)
+    for node in (a, b):
+        tree.set_blocks(node, tree.kv.take(1))
+        evictor.offer(node)
+    policy.worth[b.id] = 1  # below a's: b should go first, but its entry says 5
+    with pytest.raises(ProblemError) as caught:
+        evictor.reserve(2, 0)
+    said = str(caught.value)
+    assert "\n" not in said
+    assert said.startswith(
+        f"eviction: 'worth' (Worth) priority of node {b.id}'s kv entry dropped from (5,) to (1,)"
+    )
+
+
+def test_a_coupled_policy_s_lowered_key_is_the_cache_s_to_requeue():
+    tree = Tree(1, IdPool(1, "KV blocks"), IdPool(0, "state slots"))
+    (a,) = tree.path("n", (1,), 1)
+    policy = Worth()
+    policy.coupled, policy.worth = True, {a.id: 3}
+    evictor = Evictor(tree, policy)
+    tree.set_blocks(a, tree.kv.take(1))
+    evictor.offer(a)
+    policy.worth[a.id] = 1  # as if a change of the tree lowered it and the cache requeues it
+    evictor.kv_victims.requeue(a)
+    assert evictor.reserve(1, 0) and not tree.is_live(a)

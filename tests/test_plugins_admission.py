@@ -1,5 +1,5 @@
-"""A plugin's answers checked where they come back, alike for each protocol: an admission's
-positions are integers as a placement's are (a float equal to one is no position)."""
+"""A plugin admission's positions are integers, as a placement's are (a float equal to one is no
+position); the other protocols' answers are in tests/test_plugin_answers.py."""
 
 from __future__ import annotations
 

@@ -29,6 +29,9 @@ PLUGINS_ENV = "RADIXFLOW_PLUGINS"
 _imported: str | None = None  # the PLUGINS_ENV whose modules are imported (None: not yet)
 _importing: str | None = None  # the PLUGINS_ENV whose modules the thread holding `_lock` imports
 _importer = ""  # the name of the thread that imports them
+_importer_id = 0  # and its ident
+# (registry id, name) `register`ed by another thread during the import: a failed one keeps them
+_aside: set[tuple[int, str]] = set()
 _told = False  # whether a thread waiting for this import said so (once an import)
 # one thread imports the modules while the others wait (a server's handlers reading a registry
 # first at once); re-entrant: a plugin reads a registry as it is imported
@@ -45,7 +48,7 @@ class PluginError(ValueError):
 def import_plugins() -> None:
     """Imports each module PLUGINS_ENV names, once per value; `PluginError` for one that fails.
     One thread imports them; another reading a registry meanwhile waits until they are all in."""
-    global _imported, _importing, _importer, _told
+    global _imported, _importing, _importer, _importer_id, _told
     named = os.environ.get(PLUGINS_ENV, "")
     if named == _imported:  # set once every module is in: a reader never finds them half made
         return
@@ -56,6 +59,8 @@ def import_plugins() -> None:
         if named in (_imported, _importing):
             return
         _importing, _importer, _told = named, threading.current_thread().name, False
+        _importer_id = threading.get_ident()
+        _aside.clear()
         try:
             _import_each(named)
         finally:
@@ -97,14 +102,16 @@ def _import_each(named: str) -> None:
 
 
 def _restore(saved: list[dict[str, object]]) -> None:
-    """Each registry as ``saved`` (a registry made since is left); the modules that defined the
-    entries dropped leave `sys.modules`, so that their next import registers them again."""
+    """Each registry as ``saved`` (a registry made since is left), but for the names another
+    thread registered meanwhile (`_aside`); the modules that defined the entries dropped leave
+    `sys.modules`, so that their next import registers them again."""
     for registry, was in zip(Registry.made[: len(saved)], saved, strict=True):
-        added = [entry for name, entry in dict.items(registry) if name not in was]
+        kept = {n: e for n, e in dict.items(registry) if (id(registry), n) in _aside}
+        added = [entry for name, entry in dict.items(registry) if name not in was and name not in kept]
         for module in {_module_of(entry) for entry in added if from_outside(entry)}:
             sys.modules.pop(module, None)
         dict.clear(registry)
-        dict.update(registry, was)
+        dict.update(registry, was | kept)
 
 
 def _why_not(module: str, e: Exception) -> str:
@@ -180,6 +187,9 @@ class Registry(dict[str, V]):
         if why is not None:
             raise ValueError(f"{self.what} {name!r}{why}")
         self[name] = entry
+        # checked after the write: another thread's import that began after it saved it already
+        if _importing is not None and threading.get_ident() != _importer_id:
+            _aside.add((id(self), name))
         return entry
 
     def _refused(self, name: object) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 
 from radixflow import plugins
 from radixflow.plugins import PLUGINS_ENV, forget_plugins
-from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
 
 # a plugin whose import stops half-way until the test lets it go on: it registers `late` only then
 SLOW_PLUGIN = """
@@ -30,6 +30,8 @@ class Late(Native):
 
 
 SCHEDULING_POLICIES.register("late", Late)
+if getattr(slow_gate, "fail", False):  # what the test asks of it: to fail after registering
+    raise RuntimeError("boom")
 """
 
 
@@ -246,3 +248,33 @@ def test_a_thread_waiting_for_the_import_of_a_plugin_that_waits_for_it_says_so_i
     assert err.startswith("radixflow: warning: RADIXFLOW_PLUGINS: waited 0 s for thread 'MainThread'")
     assert "importing 'waiting_plugin'" in err
     assert gate.seen == [True]  # it waits on: every plugin's name is in when it reads
+
+
+class Aside(Native):
+    name = "aside"
+
+
+def test_a_name_registered_by_another_thread_while_a_plugin_fails_to_import_stays(gate):
+    # a failed import puts the registries back as they were before it: a name another thread's
+    # `register` added meanwhile (it imports no plugin, so it does not wait) went with it
+    failed: list[Exception] = []
+
+    def read() -> None:
+        try:
+            "late" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+        except plugins.PluginError as e:
+            failed.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert gate.started.wait(timeout=30)
+    try:
+        SCHEDULING_POLICIES.register("aside", Aside)
+        gate.fail = True
+        gate.proceed.set()
+        reader.join(timeout=10)
+        assert failed and "cannot import 'slow_plugin' (boom)" in str(failed[0])
+        assert dict.get(SCHEDULING_POLICIES, "aside") is Aside
+        assert "late" not in dict.keys(SCHEDULING_POLICIES)  # the plugin's half goes
+    finally:
+        SCHEDULING_POLICIES.pop("aside", None)

@@ -75,8 +75,8 @@ class EvictionPolicy(Protocol):
     # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` when a
     # request resumes there or computes it. It never decreases.
     clock: float
-    # Whether an entry's priority depends on the tree around it (the checkpoints above it, the
-    # prompts waiting through it): then the cache requeues the entries a change lowers, walks it
+    # Whether an entry's priority depends on the tree around it (the checkpoint on it or those
+    # above it, the prompts waiting through it): then the cache requeues the entries a change lowers, walks it
     # spares other policies.
     coupled: bool
 

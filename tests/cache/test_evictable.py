@@ -3,6 +3,8 @@ KV and checkpoints through the tree's own operations."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -178,3 +180,27 @@ def test_a_coupled_policy_s_lowered_key_is_the_cache_s_to_requeue():
     policy.worth[a.id] = 1  # as if a change of the tree lowered it and the cache requeues it
     evictor.kv_victims.requeue(a)
     assert evictor.reserve(1, 0) and not tree.is_live(a)
+
+
+class Kept(Worth):
+    """Values a KV leaf by the checkpoint on it, not coupled: its key drops with the checkpoint."""
+
+    def priority(self, node: Node, kind: EntryKind) -> tuple[float, ...]:
+        return (2 if kind is EntryKind.KV and node.checkpoint is not None else 1, node.id)
+
+
+def test_a_key_on_the_node_s_own_checkpoint_needs_coupled_as_the_docs_say():
+    # docs/extending.md named only the checkpoints above a node as what `coupled` is for
+    tree = Tree(1, IdPool(2, "KV blocks"), IdPool(1, "state slots"))
+    (a,), (b,) = tree.path("n", (1,), 1), tree.path("n", (2,), 1)
+    for node in (a, b):
+        tree.set_blocks(node, tree.kv.take(1))
+    a.checkpoint = Checkpoint(tree.slots.take(1)[0], Readiness.READY, None)
+    evictor = Evictor(tree, Kept())
+    for node in (a, b):
+        evictor.offer(node)
+    assert evictor.free_slots_upto(1) == 1 and a.checkpoint is None  # a's KV key drops to (1, a)
+    with pytest.raises(ProblemError, match=r"'worth' \(Kept\) priority of node .*'s kv entry dropped"):
+        evictor.reserve(2, 0)
+    docs = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
+    assert "(the checkpoint on it or those above it," in " ".join(docs.split())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 import threading
@@ -52,7 +53,8 @@ def import_plugins() -> None:
     named = os.environ.get(PLUGINS_ENV, "")
     if named == _imported:  # set once every module is in: a reader never finds them half made
         return
-    _wait_for_lock()
+    if not _wait_for_lock(named):
+        return
     try:
         # imported while this thread waited; or this thread's own import, a plugin reading a
         # registry as it is imported (only the lock's holder sees it)
@@ -70,12 +72,20 @@ def import_plugins() -> None:
         _lock.release()
 
 
-def _wait_for_lock() -> None:
-    """Takes `_lock`; a thread that waits `SLOW_IMPORT_S` for another's import says so in one
-    line (the first of them, once an import) and waits on: a slow import is no error."""
+def _wait_for_lock(named: str) -> bool:
+    """Takes `_lock` (True). False, without it, for a thread running the import of a module
+    ``named`` names while another thread holds it: that one waits for this import to end
+    (Python's lock on the module), so this one is served what is registered so far, as the
+    importing thread's plugins are. A thread that waits `SLOW_IMPORT_S` for another's import
+    says so in one line (the first of them, once an import) and waits on: a slow import is no
+    error."""
     global _told
+    if _lock.acquire(blocking=False):
+        return True
+    if _running_import_of(named):
+        return False
     if _lock.acquire(timeout=SLOW_IMPORT_S):
-        return
+        return True
     if not _told and _importing is not None:  # None: the import ended as this thread gave up
         _told = True
         why = "a plugin's import that waits for a thread reading a registry waits for ever"
@@ -84,6 +94,19 @@ def _wait_for_lock() -> None:
             f"{_importing!r}; waiting on ({why})"
         )
     _lock.acquire()
+    return True
+
+
+def _running_import_of(named: str) -> bool:
+    """Whether this thread runs the body of a module ``named`` names (or of one it imports):
+    a frame of its own stack."""
+    modules = {m.strip() for m in named.split(",")} - {""}
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in modules:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _import_each(named: str) -> None:

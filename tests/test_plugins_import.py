@@ -42,10 +42,10 @@ class WatchedLock:
         self.lock = threading.RLock()
         self.waiting = waiting
 
-    def acquire(self, timeout: float = -1) -> bool:
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not self.lock.acquire(blocking=False):
             self.waiting.set()
-            return self.lock.acquire(timeout=timeout)
+            return blocking and self.lock.acquire(timeout=timeout)
         return True
 
     def release(self) -> None:
@@ -174,18 +174,29 @@ def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp
 class TakenLock(WatchedLock):
     """The plugins' lock, saying (``taken``) when a thread has it."""
 
-    def acquire(self, timeout: float = -1) -> bool:
-        taken = super().acquire(timeout)
-        self.waiting.set()
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = super().acquire(blocking, timeout)
+        if taken:
+            self.waiting.set()
         return taken
 
 
+# a plugin reading a registry as it is imported, after the test lets it
+READING_PLUGIN = SLOW_PLUGIN.replace(
+    "slow_gate.proceed.wait(timeout=30)",
+    "slow_gate.proceed.wait(timeout=30)\n'native' in SCHEDULING_POLICIES",
+)
+
+
+@pytest.mark.parametrize("source", [SLOW_PLUGIN, READING_PLUGIN])
 def test_a_thread_importing_a_plugin_while_another_imports_it_for_a_registry_read_both_go_on(
-    gate, monkeypatch
+    gate, monkeypatch, tmp_path, source
 ):
     # `import slow_plugin` in one thread (its module lock held), a first registry read in another
-    # (the plugins' lock held, waiting for that module lock): the plugin's `register` read the
-    # registry, so waited for the plugins' lock: each thread held what the other waited for
+    # (the plugins' lock held, waiting for that module lock): the plugin's `register`, or a read
+    # of its own, read the registry, so waited for the plugins' lock: each thread held what the
+    # other waited for
+    (tmp_path / "slow_plugin.py").write_text(source)
     taken = threading.Event()
     monkeypatch.setattr(plugins, "_lock", TakenLock(taken), raising=False)
     importer = threading.Thread(target=lambda: __import__("slow_plugin"), daemon=True)

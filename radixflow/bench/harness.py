@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
+from radixflow.bench.provenance import Provenance
 from radixflow.bench.spread import Load
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
@@ -58,6 +59,8 @@ class BenchReport:
     load: Load | None = None
     # a run cut short by an error, not a Ctrl-C: the error, in one line (None: no error cut it)
     error: str | None = None
+    # what produced the figures: the command, the code, the machine; None: not recorded
+    run: Provenance | None = None
 
     def to_json(self) -> dict[str, object]:
         cut = {} if self.unfinished is None else {"interrupted": True, "unfinished": self.unfinished}
@@ -65,6 +68,7 @@ class BenchReport:
             cut["error"] = self.error
         return {
             **cut,
+            **({} if self.run is None else {"run": self.run.to_json()}),
             "workload": self.workload,
             "config": self.config,
             "load_1min": None if self.load is None else self.load.to_json(),

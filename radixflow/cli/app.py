@@ -168,6 +168,7 @@ def _command(argv: list[str] | None, console: Console) -> int:
     try:
         argv = sys.argv[1:] if argv is None else argv
         args = build_parser(named_command(argv)).parse_args(argv)
+        args.argv = list(argv)  # the command as given, for what records it (`bench --json`)
         command = commands[args.command]
         with term:
             return command.run(args, console)

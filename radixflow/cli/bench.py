@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from radixflow.bench.harness import BenchReport, PolicyRun, Trials, config_dict, run_policies
+from radixflow.bench.provenance import loaded_torch_threads, provenance
 from radixflow.bench.report import render
 from radixflow.bench.spread import Load, Spread, load_between, load_now, spread_lines
 from radixflow.cli.args import (
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     work, workload = load_workload(args, plan.choice.vocab_size, trace)
     requests = work.requests
     setup = plan.build([len(r.prompt) for r in requests])
+    made_by = provenance(getattr(args, "argv", []), loaded_torch_threads())  # torch loaded by now
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
@@ -90,14 +92,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     load_start = load_now()
     try:
-        runs = _run(args, setup, requests, trials)
+        with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
+            runs = _run_all(args, setup, requests, trials)
     except (KeyboardInterrupt, Exception) as e:  # a Ctrl-C (or a SIGTERM taken as one), or a crash
         config, load = _config(args, plan, setup, names), load_between(load_start, load_now())
-        report = BenchReport(workload, config, trials.runs(), trials.unfinished(), load)
+        report = BenchReport(workload, config, trials.runs(), trials.unfinished(), load, run=made_by)
         _cut_short(args, setup, report, e, lambda: _show(report.runs, title, config, console, load))
         raise
     load = load_between(load_start, load_now())
-    report = BenchReport(workload, _config(args, plan, setup, names), runs, load=load)
+    report = BenchReport(workload, _config(args, plan, setup, names), runs, load=load, run=made_by)
     return _publish(args, setup, report, title, console)
 
 
@@ -225,13 +228,6 @@ def _placements(given: str | None, names: list[str], recurrent: bool) -> str | d
     if not recurrent:
         return "none"
     return given or {n: default_placement(n) for n in names}
-
-
-def _run(
-    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], trials: Trials
-) -> list[PolicyRun]:
-    with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
-        return _run_all(args, setup, requests, trials)
 
 
 def _write_trace(setup: EngineSetup) -> None:

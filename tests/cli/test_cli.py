@@ -26,7 +26,7 @@ def test_bench_defaults_meet_the_acceptance_figures(tmp_path, capsys):
     out = tmp_path / "out.json"
     assert main(["bench", "--runner", "sim", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert set(data) == {"workload", "config", "load_1min", "results"}
+    assert set(data) == {"run", "workload", "config", "load_1min", "results"}
     native, flow, adaptive = data["results"]
     assert (native["policy"], flow["policy"], adaptive["policy"]) == ("native", "radixflow", "adaptive")
     for r in (native, flow, adaptive):

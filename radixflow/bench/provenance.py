@@ -1,0 +1,83 @@
+"""What produced a benchmark's figures, for its JSON: the command, the code (its digest, and the
+git commit where it runs from a checkout) and the machine (CPU model, AVX-512 or not, torch
+threads). Figures without these cannot be set beside another run's: a speed-up measured on
+an AVX-512 machine, or at another commit, says nothing of this one."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from radixflow.package import PACKAGE
+from radixflow.plugins import code_digest
+from radixflow.runners.profile_store import processor_name
+
+FORMAT = 1  # the bench JSON's layout: raised when a key changes meaning or moves
+CPUINFO = Path("/proc/cpuinfo")
+GIT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu: str  # the CPU's model name
+    cpus: int | None  # logical CPUs the OS reports (None: it cannot say)
+    avx512: bool | None  # None where the CPU's flags cannot be read (no /proc/cpuinfo)
+    torch_threads: int | None  # None where torch was not loaded (the sim runner computes on none)
+    platform: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    command: list[str]
+    code: str  # `code_digest`: the package's files and any plugin's, one per version of the code
+    commit: str | None  # None: not run from a git checkout of the package
+    machine: Machine
+
+    def to_json(self) -> dict[str, object]:
+        return {"format": FORMAT, **asdict(self)}
+
+
+def provenance(argv: list[str], torch_threads: int | None) -> Provenance:
+    """This process's: ``argv`` (the command's words after ``radixflow``) and torch's thread
+    count where torch computes (`loaded_torch_threads`)."""
+    machine = Machine(processor_name(), os.cpu_count(), avx512(), torch_threads, platform.platform())
+    return Provenance(["radixflow", *argv], code_digest(), git_commit(), machine)
+
+
+def loaded_torch_threads() -> int | None:
+    """torch's intra-op threads where this process loaded torch; never loads it (seconds)."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else int(torch.get_num_threads())
+
+
+def avx512(cpuinfo: Path = CPUINFO) -> bool | None:
+    """Whether the CPU has AVX-512 (its foundation, ``avx512f``); None where unknown."""
+    try:
+        lines = cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    flags = next((line for line in lines if line.startswith(("flags", "Features"))), None)
+    return None if flags is None else "avx512f" in flags.split(":", 1)[-1].split()
+
+
+def git_commit(package: Path = PACKAGE) -> str | None:
+    """The commit checked out where the package is a checkout's own ``radixflow/`` (an installed
+    copy inside another repository, a venv in a project, is not that project's commit)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):  # no git installed, or one that hangs
+        return None
+    said = done.stdout.split()
+    if done.returncode != 0 or len(said) != 2 or Path(said[0]).resolve() != package.parent:
+        return None
+    return said[1]

@@ -1,10 +1,12 @@
 """What a repeated bench's medians are read against: each policy's spread over its trials, and the
-machine's load while they ran. The table shows medians; a median without its spread and load
+machine's load while they ran, and each policy's change from the first trial by trial (the
+spread of the table's "vs" column). The table shows medians; a median without its spread and load
 cannot say whether two policies differ (machines here are shared and noisy)."""
 
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,3 +71,27 @@ def spread_lines(label: str, spreads: Sequence[Spread], unit: str) -> list[str]:
     if trials < 2:
         return []
     return [f"{label} over {trials} trials, min–max:", *(f"  {s.text(unit)}" for s in spreads)]
+
+
+def ratio_lines(label: str, spreads: Sequence[Spread]) -> list[str]:
+    """Lines for the console: each policy after the first against it, trial by trial. Trial t of
+    every policy ran side by side (interleaved), under one load: its ratio is a paired measure,
+    and the range of those says whether the table's percentage of two medians is evidence.
+    None for a single trial or a single policy."""
+    if len(spreads) < 2 or min(len(s.values) for s in spreads) < 2:
+        return []
+    first, others = spreads[0], spreads[1:]
+    title = f"{label} against {first.policy}, trial by trial (ratios of trials run side by side):"
+    return [title, *(f"  {_paired(first, s)}" for s in others)]
+
+
+def _paired(first: Spread, other: Spread) -> str:
+    """``other``'s change from ``first`` per trial both defined, over a first that took time."""
+    pairs = zip(first.values, other.values, strict=False)  # a run cut short: the trials both finished
+    changes = sorted(o / f - 1 for f, o in pairs if f is not None and o is not None and f > 0)
+    if not changes:
+        return f"{other.policy}: none, no trial of {first.policy} took time or completed a request"
+    low, high = changes[0], changes[-1]
+    text = f"{other.policy}: {low:+.1%} to {high:+.1%}, median {statistics.median(changes):+.1%}"
+    text = f"{text} over {len(changes)} trials"
+    return text if not low <= 0 <= high else f"{text}; the range spans 0: no difference shown"

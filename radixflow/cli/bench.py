@@ -14,7 +14,7 @@ from rich.console import Console
 from radixflow.bench.harness import BenchReport, PolicyRun, Trials, config_dict, run_policies
 from radixflow.bench.provenance import loaded_torch_threads, provenance
 from radixflow.bench.report import render
-from radixflow.bench.spread import Load, Spread, load_between, load_now, spread_lines
+from radixflow.bench.spread import Load, Spread, load_between, load_now, ratio_lines, spread_lines
 from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
@@ -148,13 +148,13 @@ def _checked_outputs(args: argparse.Namespace, options: EngineOptions, console: 
 def _show(
     runs: list[PolicyRun], title: str, config: dict[str, object], console: Console, load: Load | None
 ) -> None:
-    """The table; under it, with ``--repeat``, the trials' spread the medians are read against and
-    the machine's load, and the round predictor's prior where the runner has one."""
+    """The table; under it, with ``--repeat``, the trials' spread the medians are read against, each
+    policy against the first trial by trial (the spread of the table's "vs" column) and the
+    machine's load, and the round predictor's prior where the runner has one."""
     render([r.result for r in runs], title, console)
-    lines = [
-        *spread_lines("mean latency", [_spread(r, "mean_latency_s") for r in runs], "s"),
-        *spread_lines("makespan", [_spread(r, "makespan_s") for r in runs], "s"),
-    ]
+    latency, makespan = [_spread(r, "mean_latency_s") for r in runs], [_spread(r, "makespan_s") for r in runs]
+    lines = [*spread_lines("mean latency", latency, "s"), *spread_lines("makespan", makespan, "s")]
+    lines += [*ratio_lines("mean latency", latency), *ratio_lines("makespan", makespan)]  # the "vs" column's
     if lines and load is not None:
         lines.append(load.text())
     for line in lines:  # a policy's name is not markup

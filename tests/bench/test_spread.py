@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from radixflow.bench.spread import Load, Spread, load_between, load_now, spread_lines
+from radixflow.bench.spread import Load, Spread, load_between, load_now, ratio_lines, spread_lines
 
 
 def test_one_trial_shows_no_spread():
@@ -48,3 +48,26 @@ def test_a_trial_that_completed_nothing_is_said_not_a_type_error():
     assert lines[1] == "  native: none, no trial completed a request"
     adaptive = "  adaptive: 1.0000–1.5000 s, spread 50.0% of the lowest; 1 of 3 trials completed nothing"
     assert lines[2] == adaptive
+
+
+def test_each_policy_against_the_first_is_a_range_of_paired_trial_ratios():
+    """The table's "vs native" column is a percentage of two medians, with no spread: trial t of
+    each policy ran side by side (interleaved), so each trial's own ratio is a pair measured
+    under one load, and their range says whether the median's percentage is evidence."""
+    base = Spread("native", (1.0, 2.0, 1.0))
+    faster = Spread("adaptive", (0.9, 1.6, 0.8))  # -10%, -20%, -20%: faster in every trial
+    mixed = Spread("radixflow", (1.1, 1.8, None))  # +10%, -10%; trial 3 completed nothing
+    lines = ratio_lines("mean latency", [base, faster, mixed])
+    assert lines == [
+        "mean latency against native, trial by trial (ratios of trials run side by side):",
+        "  adaptive: -20.0% to -10.0%, median -20.0% over 3 trials",
+        "  radixflow: -10.0% to +10.0%, median +0.0% over 2 trials; the range spans 0: no difference shown",
+    ]
+
+
+def test_paired_ratios_need_two_trials_and_a_first_policy_that_took_time():
+    assert ratio_lines("makespan", [Spread("native", (1.0,)), Spread("adaptive", (0.5,))]) == []
+    assert ratio_lines("makespan", [Spread("native", (1.0, 1.0))]) == []  # no other policy
+    # a trial of the first policy with no time (every round rolled back) has no ratio to give
+    zero = ratio_lines("makespan", [Spread("native", (0.0, 0.0)), Spread("adaptive", (0.5, 0.5))])
+    assert zero[1] == "  adaptive: none, no trial of native took time or completed a request"

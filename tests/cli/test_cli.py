@@ -154,6 +154,11 @@ def test_a_repeated_bench_shows_each_policys_spread_and_the_load_and_keeps_the_l
     text = capsys.readouterr().out
     assert "mean latency over 2 trials, min–max:" in text and "makespan over 2 trials, min–max:" in text
     assert re.search(r"^  adaptive: [0-9.]+–[0-9.]+ s, spread [0-9.]+% of the lowest$", text, re.M)
+    # the "vs native" column's percentage, trial by trial: its spread
+    assert "mean latency against native, trial by trial (ratios of trials run side by side):" in text
+    assert re.search(
+        r"^  adaptive: [-+][0-9.]+% to [-+][0-9.]+%, median [-+][0-9.]+% over 2 trials", text, re.M
+    )
     assert "machine load (1-minute average):" in text
     load = json.loads(out.read_text())["load_1min"]
     assert set(load) == {"start", "end"} and all(v >= 0 for v in load.values())

@@ -22,7 +22,6 @@ load average. ``same`` checks that the N calls give exactly the N choices of one
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -30,6 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
@@ -132,7 +132,7 @@ def main() -> None:
             "same": same,
             "modes": rows,
         }
-        args.json.write_text(json.dumps(figures, indent=2))
+        write_figures(args.json, figures)
     if not same:  # the figures are kept above; the run itself failed
         raise SystemExit(f"the {args.n} calls differ from the n = {args.n} choices of one call")
 

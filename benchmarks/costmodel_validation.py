@@ -22,7 +22,6 @@ status is 1 if it fails.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import int_arg
 from radixflow.costmodel.kernel_times import measured_tables as mt
 from radixflow.costmodel.kernel_times.measured import GPUS, MeasuredKernels
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     show(result)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        write_figures(args.json, result)
     return 0 if result["accepted"] else 1
 
 

@@ -20,7 +20,6 @@ file runs against an older checkout to give a before/after comparison.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -172,8 +172,7 @@ def main() -> None:
             )
             print(f"  batch {b:3d}: {cells}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
+        write_figures(args.json, {"models": results})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ segments token by token in one C call) where the library builds here: the backen
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.kernels.backend import resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
@@ -192,7 +192,7 @@ def main() -> None:
         "cases": results,
         "total": total,
     }
-    args.json.write_text(json.dumps(run, indent=2))
+    write_figures(args.json, run)
     print(f"wrote {args.json}")
 
 

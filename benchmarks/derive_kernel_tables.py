@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
 from radixflow.costmodel.kernel_times.table_files import (
     BACKEND,
     BACKEND_VERSION,
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checked {len(counts)} tables: {len(differ)} differ")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": counts, "differ": differ}, indent=2) + "\n")
+        write_figures(args.json, {"rows": counts, "differ": differ})
     return 1 if differ else 0
 
 

@@ -13,7 +13,6 @@ to `lru`, beside the machine's load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ from typing import TypeVar
 from rich.console import Console
 from rich.table import Table
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.problems import ProblemError, flag
@@ -115,7 +115,7 @@ def run_from_args(args: argparse.Namespace) -> None:
     result["machine"] = machine(load_before)
     _print(result)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
+    write_figures(args.json, result)
 
 
 def _print(result: dict) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -37,6 +36,7 @@ from typing import Any
 import httpx
 import openai
 
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.router_runs import RouterRun, Trial, report, rotated, summarize
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
@@ -259,7 +259,7 @@ def main() -> int:
         "runs": [asdict(r) for r in runs],
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    write_figures(args.json, doc)
     ok = all(
         r.lost == 0
         and r.drain_answered == r.drain_sent

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from radixflow.bench.provenance import write_figures
+
 ROUTERS = ("pow2", "prefix", "checkpoint")
 LOADS = {100.0: "light", 250.0: "medium", 500.0: "heavy"}  # requests/s per replica
 Figures = dict[str, Any]
@@ -218,7 +220,7 @@ def main() -> int:
     result = table(doc, variant)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_figures(args.json, result)
     # the smoke cell is too small for the acceptance to mean anything: it only has to be computed
     # results without the acceptance's cell (a smaller fleet) check nothing: not a pass
     return 0 if args.smoke or (result["checks"] and all(result["checks"].values())) else 1

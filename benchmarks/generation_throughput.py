@@ -31,7 +31,6 @@ are in the JSON. ``/proc/loadavg`` is recorded before and after each model.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any
 import torch
 
 from radixflow.bench.paired_timing import HEADER, interleaved, loadavg, print_row, row
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.models.zoo import ensure_model
@@ -268,9 +268,7 @@ def main() -> None:
     print(HEADER)
     results = [bench_model(name, args, AutoModelForCausalLM) for name in args.models]
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2)
-    )
+    write_figures(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "results": results})
     print(f"wrote {args.json}")
 
 

@@ -21,7 +21,6 @@ float32 run (``--dtype float32``) is the exact comparison.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
@@ -262,7 +262,7 @@ def main() -> int:
     m = meta["machine"]
     before, after = m["load_1min_before"], m["load_1min_after"]
     print(f"{m['cpus']} CPUs, load average (1 min) {before:.1f} before, {after:.1f} after")
-    args.json.write_text(json.dumps({**meta, "results": results}, indent=2))
+    write_figures(args.json, {**meta, "results": results})
     print(f"wrote {args.json}")
     return 0
 

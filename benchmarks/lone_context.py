@@ -17,12 +17,12 @@ machine's 1-minute load average before and after, printed and written.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
@@ -186,9 +186,7 @@ def run_from_args(args: argparse.Namespace) -> None:
         print(f"{placement:<10}{'one/batch':<12}{row['engine_ratio']:>10.3f}{row['wall_ratio']:>9.3f}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps({"workload": spec.to_dict(), "repeat": args.repeat, "results": results}, indent=2)
-        )
+        write_figures(args.json, {"workload": spec.to_dict(), "repeat": args.repeat, "results": results})
 
 
 if __name__ == "__main__":

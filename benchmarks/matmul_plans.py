@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -122,7 +122,7 @@ def main() -> None:
             results.append(bench(name, args.prefill, args.batches, args.repeats))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"threads": args.threads, "results": results}, indent=2) + "\n")
+        write_figures(args.json, {"threads": args.threads, "results": results})
 
 
 if __name__ == "__main__":

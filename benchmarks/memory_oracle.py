@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 from memory_pressure import WORKLOADS, run
 
 from radixflow.bench.pressure import measure_working_set, under_pressure
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError, flag
@@ -242,7 +242,7 @@ def run_from_args(args: argparse.Namespace) -> None:
         rows.append(row)
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     if args.json:
-        args.json.write_text(json.dumps({"cells": rows}, indent=2))
+        write_figures(args.json, {"cells": rows})
 
 
 if __name__ == "__main__":

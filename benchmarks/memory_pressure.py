@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from radixflow.bench.pressure import (
     pressure_figures,
     under_pressure,
 )
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError, flag
@@ -162,7 +162,7 @@ def run_from_args(args: argparse.Namespace) -> None:
     rows = [row for m in args.models for row in cells(m, *grid)]
     _print(rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cells": rows}, indent=2))
+    write_figures(args.json, {"cells": rows})
 
 
 def _print(rows: list[dict]) -> None:

@@ -16,6 +16,8 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
+
 BASELINE = "adaptive+lru+all"
 
 
@@ -155,7 +157,7 @@ def main() -> None:
     except ValueError as e:
         raise SystemExit(f"{args.results or '--smoke'}: {e}") from None
     if args.json is not None:
-        args.json.write_text(json.dumps({"bars": bars(table), "rows": table}, indent=2))
+        write_figures(args.json, {"bars": bars(table), "rows": table})
     print(f"# `{results['name']}`: every cell against `{BASELINE}`\n")
     print(f"Command: `{results.get('command', 'radixflow experiment experiments/memory.toml')}`, then")
     print(f"`python benchmarks/memory_table.py {args.results or '--smoke'}`.\n")

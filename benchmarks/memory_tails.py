@@ -9,7 +9,6 @@ the cache is run), a later turn that missed (its previous turn's tail was evicte
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from memory_oracle import RATES
 from memory_pressure import VARIANTS, WORKLOADS
 
 from radixflow.bench.pressure import measure_working_set, pressure_figures, under_pressure
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError, flag
@@ -93,7 +93,7 @@ def run_from_args(args: argparse.Namespace) -> None:
             print(f"  {r.id:>7} ttft {1e3 * (r.ttft_s or 0):7.0f} ms  prompt {len(r.prompt):5}  "
                   f"reused {r.reused:5}  arrival {r.arrival_s:6.2f}s  {kind(r, previous)}")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"model": args.model, "variants": report}, indent=2))
+        write_figures(args.json, {"model": args.model, "variants": report})
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.bench.oversized_clients import listening, post_bytes, sender, sender_sync, short, sink, timer
+from radixflow.bench.provenance import write_figures
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -243,7 +244,7 @@ def main() -> None:
         print(f"{name:>16}: {value}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(asdict(figures), indent=2) + "\n")
+        write_figures(args.json, asdict(figures))
 
 
 if __name__ == "__main__":

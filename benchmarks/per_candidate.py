@@ -26,7 +26,6 @@ within ``--atol``).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
@@ -276,7 +276,7 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         out = {"shape": asdict(shape), "repeat": args.repeat, "torch_threads": args.torch_threads,
                "load_before": load_before, "load_after": load_after, "results": results}  # fmt: skip
-        args.json.write_text(json.dumps(out, indent=2, allow_nan=False) + "\n")
+        write_figures(args.json, out)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from radixflow.bench.policy_cells import (
     workload_spec,
 )
 from radixflow.bench.policy_tables import acceptance, detail_markdown, print_cell, summary_markdown
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.round_log import RoundLog
 from radixflow.bench.twin_runs import POLICIES, Twin, sequences, sim_figures, twin_noise, write_tapes
 from radixflow.calibration.speed_probe import SpeedProbe
@@ -226,7 +227,7 @@ def main() -> None:
     args = arguments().parse_args()
     if args.resim is not None:
         report = resimulated(json.loads(args.resim.read_text()), args.profile, args.noise_sigma, args.draws)
-        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+        write_figures(args.json, report)
         args.markdown = args.json
     if args.markdown is not None:
         cells = json.loads(args.markdown.read_text())["cells"]
@@ -251,7 +252,7 @@ def main() -> None:
     for family in args.families:  # written after each family: a cut-short run keeps what it measured
         cells += run_family(family, args, shape, log)
         report = {"config": config, "acceptance": acceptance(cells), "cells": cells}
-        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+        write_figures(args.json, report)
     print("acceptance:", json.dumps(acceptance(cells)))
     print(f"wrote {args.json}")
     if log.error is not None:  # the rounds after the failed write are not in it

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from radixflow.bench.metrics import PREDICTOR_WARMUP_ROUNDS
 from radixflow.bench.policy_cells import MEDIUM_LOAD, SHAPE, WORKLOADS, workload_spec
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.twin_runs import POLICIES, run_one
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.costmodel.round_cost.fitted_rates import fit_features
@@ -259,7 +260,7 @@ def main() -> None:
         )
         print(f"{name}: median cell / worst cell  {figures}")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+        write_figures(args.json, report)
 
 
 def share(error: float | None) -> str:

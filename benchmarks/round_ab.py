@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ from types import SimpleNamespace
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 
 HERE = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ def main() -> None:
             sys.path.remove(str(tmp))
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        write_figures(Path(args.json), results)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ from runner_throughput import prompts
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
@@ -271,8 +271,7 @@ def main() -> None:
             )
     meta["load_after"] = os.getloadavg()[0]
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({**meta, "results": results}, f, indent=2)
+        write_figures(args.json, {**meta, "results": results})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ scoring in one run) is generation_throughput.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -166,7 +166,7 @@ def main() -> None:
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     doc = {"lengths": args.lengths, "repeats": args.repeats, "machine": machine(load_before), "results": rows}
-    args.json.write_text(json.dumps(doc, indent=2))
+    write_figures(args.json, doc)
     print(f"wrote {args.json}")
 
 

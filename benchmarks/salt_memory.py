@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.setup import load_model
 from radixflow.options import EngineOptions
@@ -176,7 +176,7 @@ def main() -> None:
         print(f"{name:>24}: {value}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(asdict(figures), indent=2) + "\n")
+        write_figures(args.json, asdict(figures))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ machine's load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import random
@@ -30,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.metrics import percentile
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
@@ -215,7 +215,7 @@ def main() -> None:
     result["machine"] = machine(load_before)
     _print(result, console)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
+    write_figures(args.json, result)
     console.print(f"wrote {args.json}")
 
 

@@ -15,7 +15,6 @@ whether every candidate's logprobs equal across modes (within ``--atol``).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
@@ -132,7 +132,7 @@ def main() -> None:
     report(args, result)
     print(f"  same scores in both modes: {result['same_scores']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_figures(Path(args.json), result)
     if not result["same_scores"]:  # the figures are kept above; the run itself failed
         raise SystemExit(f"scores differ between the modes by more than --atol {args.atol}")
 

@@ -22,7 +22,6 @@ candidates' total logprobs agree within ``--atol``.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -153,7 +153,7 @@ def main() -> None:
     config = vars(args) | {"json": None}
     report = {"config": config, "modes": figures, "agree": agree, "load": [load_before, load_after]}
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
+        write_figures(args.json, report)
         print(f"wrote {args.json}")
     if not agree:
         raise SystemExit("the two ways gave different totals")

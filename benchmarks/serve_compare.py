@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
 from radixflow.cli.args import positive_int
 
 LOAD = Path(__file__).with_name("serve_load.py")
@@ -174,9 +175,7 @@ def main() -> None:
     print_table(table, args.variant[0].label, args.repeat)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     variants = [{"label": v.label, "tree": str(v.tree), "flags": list(v.flags)} for v in args.variant]
-    args.json.write_text(
-        json.dumps({"variants": variants, "load_args": load_args, "runs": runs, "medians": table}, indent=2)
-    )
+    write_figures(args.json, {"variants": variants, "load_args": load_args, "runs": runs, "medians": table})
     print(f"wrote {args.json}")
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.serve_clients import Outcome, make_traffic, run_clients
 from radixflow.bench.serve_summary import show, summarize
 from radixflow.cli.args import float_arg, positive_float, positive_int
@@ -153,9 +153,7 @@ def main() -> None:
     config = {k: v for k, v in vars(args).items() if k != "json"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     outcomes_json = [asdict(o) for o in outcomes]
-    args.json.write_text(
-        json.dumps({"config": config, "summary": summary, "requests": outcomes_json}, indent=2)
-    )
+    write_figures(args.json, {"config": config, "summary": summary, "requests": outcomes_json})
     print(f"wrote {args.json}")
     if (
         summary["lost"]

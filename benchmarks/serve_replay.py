@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import os
 import pstats
 import random
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.serve_clients import make_traffic
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
@@ -201,7 +201,7 @@ def main() -> None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         config = vars(args) | {"json": str(args.json)}
-        args.json.write_text(json.dumps({"config": config, **figures}, indent=2))
+        write_figures(args.json, {"config": config, **figures})
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 

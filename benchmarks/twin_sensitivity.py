@@ -25,6 +25,7 @@ from pathlib import Path
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.policy_cells import WORKLOADS, workload_spec
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.twin_runs import POLICIES, sim_figures
 from radixflow.cli.args import float_arg, non_negative_float, positive_int
 from radixflow.options import EngineOptions, plan_engine
@@ -134,8 +135,14 @@ def main() -> None:
     if args.smoke:
         args.run, args.seeds = args.json.with_suffix(".run.json"), 3
         args.profile = pt.PROFILE
-        sys.argv = ["policies_torch.py", "--smoke", "--twin", "profile", "--json", str(args.run)]
-        pt.main()
+        own, sys.argv = (
+            sys.argv,
+            ["policies_torch.py", "--smoke", "--twin", "profile", "--json", str(args.run)],
+        )
+        try:
+            pt.main()
+        finally:  # this script's own command, for its --json's run block
+            sys.argv = own
     try:
         run = json.loads(args.run.read_text())
     except OSError as e:
@@ -149,7 +156,7 @@ def main() -> None:
         for p, r in result.items():
             print(report_line(cell, p, r, args))
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
+        write_figures(args.json, {"cells": report})
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """What produced a benchmark's figures, for its JSON: the command, the code (its digest, and the
 git commit where it runs from a checkout) and the machine (CPU model, AVX-512 or not, torch
 threads). Figures without these cannot be set beside another run's: a speed-up measured on
-an AVX-512 machine, or at another commit, says nothing of this one."""
+an AVX-512 machine, or at another commit, says nothing of this one. `write_figures` is how every
+script under benchmarks/ writes its ``--json``: with that block, strict, written whole."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import platform
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from radixflow.files import write_whole
 from radixflow.package import PACKAGE
 from radixflow.plugins import code_digest
 from radixflow.runners.profile_store import processor_name
@@ -41,11 +46,43 @@ class Provenance:
         return {"format": FORMAT, **asdict(self)}
 
 
-def provenance(argv: list[str], torch_threads: int | None) -> Provenance:
-    """This process's: ``argv`` (the command's words after ``radixflow``) and torch's thread
-    count where torch computes (`loaded_torch_threads`)."""
+def provenance(command: list[str], torch_threads: int | None) -> Provenance:
+    """This process's: its ``command`` (every word) and torch's thread count where torch computes
+    (`loaded_torch_threads`)."""
     machine = Machine(processor_name(), os.cpu_count(), avx512(), torch_threads, platform.platform())
-    return Provenance(["radixflow", *argv], code_digest(), git_commit(), machine)
+    return Provenance(command, code_digest(), git_commit(), machine)
+
+
+def write_figures(path: str | Path, figures: dict[str, Any]) -> None:
+    """A benchmark script's ``--json``: ``figures`` with a ``run`` block (`provenance`: the script's
+    command line, this process's torch threads), strict JSON (a NaN or infinity is null, its path
+    in ``run.non_finite`` and said on stderr: the run's other figures are not lost to it), written
+    whole (`write_whole`: a run cut short leaves the old file or the new one), its folder made."""
+    if not isinstance(figures, dict):  # a list has no place for the run block
+        raise TypeError(f"a benchmark's figures are a JSON object, not {type(figures).__name__}")
+    if "run" in figures:  # a figure of that name would be overwritten without a word
+        raise ValueError("a benchmark's figures cannot hold a key named 'run': it is the provenance")
+    found: list[str] = []
+    plain = _finite(figures, "", found)
+    run: dict[str, Any] = provenance(list(sys.argv), loaded_torch_threads()).to_json()
+    if found:
+        run["non_finite"] = found
+        print(f"{path}: figures not finite, written as null: {', '.join(found)}", file=sys.stderr)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, json.dumps({"run": run, **plain}, indent=2, allow_nan=False) + "\n")
+
+
+def _finite(value: Any, where: str, found: list[str]) -> Any:
+    """``value`` as plain JSON: every float that is not finite None (its path added to ``found``),
+    a path its text, a tuple a list."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(where)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}/{k}", found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{where}/{i}", found) for i, v in enumerate(value)]
+    return str(value) if isinstance(value, os.PathLike) else value
 
 
 def loaded_torch_threads() -> int | None:

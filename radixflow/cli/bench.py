@@ -80,7 +80,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     work, workload = load_workload(args, plan.choice.vocab_size, trace)
     requests = work.requests
     setup = plan.build([len(r.prompt) for r in requests])
-    made_by = provenance(getattr(args, "argv", []), loaded_torch_threads())  # torch loaded by now
+    made_by = provenance(
+        ["radixflow", *getattr(args, "argv", [])], loaded_torch_threads()
+    )  # torch loaded by now
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
+from pathlib import Path
 
-from radixflow.bench.provenance import FORMAT, Machine, avx512, provenance
+import pytest
+
+from radixflow.bench.provenance import FORMAT, Machine, avx512, provenance, write_figures
 from radixflow.cli import main
 
 SMALL = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
@@ -41,6 +46,34 @@ def test_avx512_is_read_from_the_cpus_flags_and_unknown_without_them(tmp_path):
 def test_torch_threads_are_recorded_only_where_torch_is_loaded():
     # the sim runner never imports torch (its threads compute nothing of it); loading it here
     # only to read a count would cost a bench on the sim seconds
-    machine = provenance(["bench"], torch_threads=None).machine
+    machine = provenance(["radixflow", "bench"], torch_threads=None).machine
     assert isinstance(machine, Machine) and machine.torch_threads is None
-    assert provenance(["bench"], torch_threads=4).machine.torch_threads == 4
+    assert provenance(["radixflow", "bench"], torch_threads=4).machine.torch_threads == 4
+
+
+def test_a_benchmarks_json_carries_its_run_and_is_strict_and_whole(tmp_path, monkeypatch, capsys):
+    # benchmarks/ wrote `json.dumps(figures)` in place: NaN where a figure was undefined (not
+    # JSON), half a file where a run was cut short, and nothing of the command or machine
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--smoke"])
+    out = tmp_path / "deep" / "out.json"
+    write_figures(out, {"median_s": 0.5, "ratio": math.nan, "rows": [{"x": math.inf}], "tree": Path("/t")})
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert doc["median_s"] == 0.5 and doc["tree"] == "/t"
+    assert doc["ratio"] is None and doc["rows"] == [{"x": None}]  # undefined: null, and said
+    assert doc["run"]["command"] == ["benchmarks/x.py", "--smoke"] and doc["run"]["format"] == FORMAT
+    assert doc["run"]["non_finite"] == ["/ratio", "/rows/0/x"]
+    assert "not finite" in capsys.readouterr().err
+    assert [p.name for p in out.parent.iterdir()] == ["out.json"]  # no temporary file left
+    write_figures(out, {"a": 1})
+    assert "non_finite" not in json.loads(out.read_text())["run"]
+
+
+def test_a_figure_named_run_is_refused_not_overwritten(tmp_path):
+    with pytest.raises(ValueError, match="run"):
+        write_figures(tmp_path / "out.json", {"run": 1})
+
+
+def test_figures_must_be_an_object_to_carry_their_run(tmp_path):
+    with pytest.raises(TypeError, match="list"):
+        write_figures(tmp_path / "out.json", [1, 2])  # type: ignore[arg-type]
+    assert not (tmp_path / "out.json").exists()

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from benchmark_utils import load_benchmark
 
+from radixflow.bench.provenance import FORMAT
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 # scripts that read data CI does not install: skipped, with the reason, when it is missing
@@ -71,6 +73,13 @@ def test_every_benchmark_is_found():
     assert len(SCRIPTS) >= 18, [s.name for s in SCRIPTS]
 
 
+def test_every_benchmark_writes_its_json_through_write_figures():
+    """`write_figures` is strict (no NaN), whole (a run cut short leaves no half file) and says
+    what produced the figures; a `json.dump` of its own has none of those."""
+    bare = [p.name for p in SCRIPTS if re.search(r"write_text\(\s*json\.dumps|json\.dump\(", p.read_text())]
+    assert bare == []
+
+
 @pytest.mark.parametrize("script", [_limited(s) for s in SCRIPTS])
 def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> None:
     assert "--smoke" in script.read_text(), f"{script.name}: no --smoke mode"
@@ -91,7 +100,10 @@ def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> No
     tail = f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, f"{script.name} exit {done.returncode}\n{tail}"
     figures = json.loads(out.read_text(), parse_constant=_refuse_constant)
-    assert isinstance(figures, dict | list) and figures, f"{script.name}: empty JSON"
+    assert isinstance(figures, dict) and figures, f"{script.name}: empty JSON"
+    # what produced the figures (`write_figures`): the command, the code, the machine
+    run = figures.get("run", {})
+    assert run.get("format") == FORMAT and run["command"][1:] == ["--smoke", "--json", str(out)], run
     assert done.stdout.strip() or done.stderr.strip(), f"{script.name} printed no figures"
     wrong = [(path, value) for path, value in exactness(figures) if value not in (True, None)]
     assert not wrong, f"{script.name}: exactness checks failed: {wrong}\n{tail}"

@@ -90,8 +90,10 @@ def _paired(first: Spread, other: Spread) -> str:
     pairs = zip(first.values, other.values, strict=False)  # a run cut short: the trials both finished
     changes = sorted(o / f - 1 for f, o in pairs if f is not None and o is not None and f > 0)
     if not changes:
-        return f"{other.policy}: none, no trial of {first.policy} took time or completed a request"
+        both = f"both completed a request and {first.policy} took time"
+        return f"{other.policy}: none, no trial in which {both}"
     low, high = changes[0], changes[-1]
     text = f"{other.policy}: {low:+.1%} to {high:+.1%}, median {statistics.median(changes):+.1%}"
-    text = f"{text} over {len(changes)} trials"
+    pairs_said = "1 trial (one pair: no spread to read)" if len(changes) == 1 else f"{len(changes)} trials"
+    text = f"{text} over {pairs_said}"
     return text if not low <= 0 <= high else f"{text}; the range spans 0: no difference shown"

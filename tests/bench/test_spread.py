@@ -70,4 +70,14 @@ def test_paired_ratios_need_two_trials_and_a_first_policy_that_took_time():
     assert ratio_lines("makespan", [Spread("native", (1.0, 1.0))]) == []  # no other policy
     # a trial of the first policy with no time (every round rolled back) has no ratio to give
     zero = ratio_lines("makespan", [Spread("native", (0.0, 0.0)), Spread("adaptive", (0.5, 0.5))])
-    assert zero[1] == "  adaptive: none, no trial of native took time or completed a request"
+    assert zero[1] == "  adaptive: none, no trial in which both completed a request and native took time"
+    # nor where the other policy completed nothing: native is not the one to name
+    empty = ratio_lines("mean latency", [Spread("native", (1.0, 1.0)), Spread("adaptive", (None, None))])
+    assert empty[1] == "  adaptive: none, no trial in which both completed a request and native took time"
+
+
+def test_a_single_paired_trial_is_one_trial_and_no_range():
+    # a run cut short, or a trial that completed nothing, leaves one pair: "over 1 trials"
+    lines = ratio_lines("mean latency", [Spread("native", (1.0, 1.0)), Spread("adaptive", (0.5, None))])
+    one = "  adaptive: -50.0% to -50.0%, median -50.0% over 1 trial (one pair: no spread to read)"
+    assert lines[1] == one

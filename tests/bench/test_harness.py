@@ -157,3 +157,19 @@ def test_a_repeated_timing_is_the_median_of_the_trials_that_have_one_whatever_th
             trials.add("native", replace(run, result=replace(run.result, mean_latency_s=seconds)))
         [repeated] = trials.runs()
         assert repeated.result.mean_latency_s == median
+
+
+def test_repeats_run_interleaved_trial_by_trial_so_each_trials_ratio_is_a_pair():
+    """(a, b, a, b), never (a, a, b, b): trial t of every policy runs side by side, under one
+    load, which the paired ratios under the table (`ratio_lines`) take for granted."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    labels: list[str | None] = []
+
+    class Recording(Engines):
+        def engine(self, policy=None, placement=None, round_history=None, label=None):  # type: ignore[override]
+            labels.append(label)
+            return super().engine(policy, placement, round_history, label)
+
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    run_policies(requests, Recording(runner, SchedulerConfig()), ["native", "adaptive"], None, repeats=2)
+    assert labels == ["native · branch #1", "adaptive · lone #1", "native · branch #2", "adaptive · lone #2"]

@@ -44,7 +44,8 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         type=int_arg(1, MAX_REPEAT),
         default=1,
         metavar="N",
-        help=f"runs per policy, at most {MAX_REPEAT}; timings are medians",
+        help=f"runs per policy, at most {MAX_REPEAT}, interleaved (a, b, a, b); timings are medians, "
+        "and each policy's change from the first is shown trial by trial",
     )
     io.add_argument(
         "--trace",

@@ -24,3 +24,19 @@ def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int],
 
 def seq(first: int, n: int) -> tuple[int, ...]:
     return tuple(range(first, first + n))
+
+
+def snapshot(cache: RadixCache) -> list[tuple[object, ...]]:
+    """Everything a node holds, every node, with the pools and the counts: two caches driven
+    alike compare equal where each step did the same to both."""
+    nodes = [
+        (
+            n.id, n.key, n.end, n.parent.id if n.parent else None, n.blocks, n.lock_ref, n.demand,
+            n.ends, n.last_used, n.hits, n.aged, n.live_children, n.continues, n.closes_prompt,
+            n.published_by, [(k, c.id) for k, c in n.children.items()],
+            n.checkpoint and (n.checkpoint.slot, n.checkpoint.readiness, n.checkpoint.producer),
+        )
+        for n in cache.tree.nodes()
+    ]  # fmt: skip
+    pools = [(vars(pool)["_free"][:], pool.free) for pool in (cache.kv, cache.slots)]  # the order too
+    return [*nodes, (cache.usage(), cache.evictions(), cache.ledger.promised, pools)]

@@ -42,6 +42,24 @@ def match(tree: Tree, namespace: str, tokens: Sequence[int], limit: int, touch: 
     return _found(pos, best)
 
 
+def spelled(tree: Tree, namespace: str, tokens: tuple[int, ...], handle: NodeHandle) -> list[Node] | None:
+    """The materialized nodes from ``namespace``'s root down to ``handle``'s, when ``handle`` is
+    live and their keys spell ``tokens`` up to its end: the path `match` would walk to it, found
+    upward from the node (keys compared, no child looked up). None otherwise. Pure."""
+    node: Node | None = tree.find_node(handle)
+    path: list[Node] = []
+    while node is not None and node.parent is not None:
+        end, key = node.end, node.key
+        if node.blocks is None or tokens[end - len(key) : end] != key:
+            return None
+        path.append(node)
+        node = node.parent
+    if node is None or node is not tree.find_root(namespace):
+        return None
+    path.reverse()
+    return path
+
+
 def published(tree: Tree, namespace: str, tokens: Sequence[int], position: int) -> bool:
     """Whether ``position`` is a block boundary after the first token within the KV published
     on ``tokens``' path: where a node can be made to end (a split) without making a bare one. Pure."""

@@ -34,19 +34,25 @@ class Publisher:
         checkpoints: Sequence[int],
         producer: str,
         tick: int,
+        hint: NodeHandle | None = None,
     ) -> Extension:
         """`RadixCache.extend`, the path stamped ``tick`` (its LRU clock)."""
         bs, tokens = self.tree.block_size, tuple(tokens)
         _check_chunk(bs, len(tokens), start, end, len(blocks), checkpoints)
         base = start // bs * bs  # the chunk's KV before this block is the tree's, locked by the caller
-        published = lookup.match(self.tree, namespace, tokens, base, None).kv_tokens
-        if published < base:
-            raise ValueError(
-                f"chunk [{start}, {end}) starts past the {published} tokens of KV published before it"
-            )
+        cuts = sorted({*checkpoints, base})  # node boundaries at checkpoints and start
+        known = self._known_path(namespace, tokens, base, cuts, hint)
+        if known is None:
+            published = lookup.match(self.tree, namespace, tokens, base, None).kv_tokens
+            if published < base:
+                raise ValueError(
+                    f"chunk [{start}, {end}) starts past the {published} tokens of KV published before it"
+                )
         self._check_slots(namespace, tokens, start, end, checkpoints)
-        cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
-        path = self.tree.path(namespace, tokens, end // bs, cuts)
+        if known:
+            path = known + self.tree.descend(known[-1], tokens, end // bs, cuts)
+        else:
+            path = self.tree.path(namespace, tokens, end // bs, cuts)
         adopted, made, wanted = 0, {}, set(checkpoints)
         clock = self.evictor.policy.clock
         for node in path:
@@ -64,6 +70,23 @@ class Publisher:
             self.evictor.policy.computed(path[-1], adopted * bs)
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
+
+    def _known_path(
+        self, namespace: str, tokens: tuple[int, ...], base: int, cuts: list[int], hint: NodeHandle | None
+    ) -> list[Node] | None:
+        """The nodes `tree.path` walks from the root to ``base``, found upward from ``hint`` (the
+        caller's lock): where its node ends at ``base`` on ``tokens``' path with its KV, so the KV
+        before the chunk is published, and every cut before ``base`` ends one of them, so the
+        walk splits none. None otherwise: then the walks from the root. Pure."""
+        if hint is None or base == 0:
+            return None
+        path = lookup.spelled(self.tree, namespace, tokens, hint)
+        if not path or path[-1].end != base:
+            return None
+        inner = [c for c in cuts if c < base]
+        if inner and not set(inner) <= {node.end for node in path}:
+            return None
+        return path
 
     def _check_slots(
         self, namespace: str, tokens: tuple[int, ...], start: int, end: int, checkpoints: Sequence[int]

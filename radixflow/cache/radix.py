@@ -166,18 +166,19 @@ class RadixCache:
         blocks: Sequence[int],
         checkpoints: Sequence[int],
         producer: str,
+        hint: NodeHandle | None = None,
     ) -> Extension:
         """Insert the whole blocks a request computes this round (mutates the tree).
 
-        ``blocks`` are the request's blocks from the one holding ``start`` up to ``end`` (its block
-        table from ``start // block_size``); nodes in ``[start, end)`` without KV adopt them.
-        Each position in ``checkpoints`` gets a PENDING checkpoint owned by ``producer`` unless
-        one exists. Call `reserve` beforehand for the slots. ValueError, changing nothing, for a
-        chunk outside ``tokens``, a checkpoint inside a block, too few ``blocks``, or a chunk
-        starting past the KV published before its block (KV stays prefix-closed).
-        """
+        ``blocks``: the request's block table from ``start // block_size`` on, up to ``end``; nodes
+        in ``[start, end)`` without KV adopt them. Each position in ``checkpoints`` gets a PENDING
+        checkpoint owned by ``producer`` unless one exists (call `reserve` first for the slots).
+        ValueError, changing nothing, for a chunk outside ``tokens``, a checkpoint inside a block,
+        too few ``blocks``, or a chunk starting past the KV published before its block. ``hint``:
+        the caller's lock, a speed-up only: the walk starts there if it ends at ``start``'s block."""
         self._tick += 1
-        return self.publisher.extend(namespace, tokens, start, end, blocks, checkpoints, producer, self._tick)
+        args = (namespace, tokens, start, end, blocks, checkpoints, producer, self._tick, hint)
+        return self.publisher.extend(*args)
 
     def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
         """Turn a request's own state slot, computed in an earlier round, into the READY
@@ -263,8 +264,7 @@ class RadixCache:
 
     def check_integrity(self) -> None:
         """Raise `IntegrityError` at the first broken invariant. Pure."""
-        # deliberate circle: the checker walks a whole RadixCache (it names the type only for
-        # hints), so it is imported here, when first used, not at the top of this module
+        # imported when first used: the checker walks a RadixCache (a deliberate circle)
         from radixflow.cache.integrity import check_cache
 
         check_cache(self)

@@ -62,6 +62,10 @@ class Tree:
         except KeyError:
             raise ValueError(f"stale cache handle {handle}") from None
 
+    def find_node(self, handle: NodeHandle) -> Node | None:
+        """The node behind ``handle``; None if it was pruned. Pure."""
+        return self._nodes.get(handle.node_id)
+
     def find_root(self, namespace: str) -> Node | None:
         """The root of ``namespace``'s tree; None while the namespace holds nothing. Pure."""
         return self._roots.get(namespace)
@@ -97,8 +101,16 @@ class Tree:
         """
         if nblocks == 0:
             return []
+        return self.descend(self.root(namespace), tokens, nblocks, cuts)
+
+    def descend(
+        self, node: Node, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
+    ) -> list[Node]:
+        """`path`'s nodes below ``node``, whose path spells ``tokens[: node.end]`` (the caller
+        checked): the rest of the walk to the first ``nblocks`` blocks, cut at ``cuts`` past
+        ``node.end``. Mutates the tree as `path` does, whose walk is this one from the root."""
         bs, limit = self.block_size, nblocks * self.block_size
-        node, pos, path, i = self.root(namespace), 0, [], 0
+        pos, path, i = node.end, [], 0
         while pos < limit:
             while i < len(cuts) and cuts[i] <= pos:
                 i += 1

@@ -68,7 +68,8 @@ class ChunkWriter:
         blocks = self.cache.alloc_blocks(-(-end // bs) - len(req.block_table))  # a decode step may need none
         req.own_blocks.extend(blocks)
         req.block_table.extend(blocks)
-        ext = self.cache.extend(req.namespace, seq, start, end, req.block_table[start // bs :], ckpts, req.id)
+        table = req.block_table[start // bs :]
+        ext = self.cache.extend(req.namespace, seq, start, end, table, ckpts, req.id, hint=req.lock)
         self.cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
         for pos, slot in ext.checkpoints.items():

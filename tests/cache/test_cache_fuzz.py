@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from cache_utils import snapshot
 
 from radixflow.cache import RadixCache
 from radixflow.cache.digest import chain_hashes
@@ -88,8 +89,11 @@ BLOCK_BYTES, SLOT_BYTES = 3, 5
 
 
 class Driver:
-    def __init__(self, cfg: Config, seed: int) -> None:
+    def __init__(self, cfg: Config, seed: int, hints: bool = False) -> None:
+        """``hints``: `extend` is given a hint, mostly the request's lock, drawn from an RNG of
+        its own (the workload is the same as without)."""
         self.cfg, self.rng, self.bs = cfg, random.Random(seed), cfg.bs
+        self.hints = random.Random(seed) if hints else None
         sizes = EntrySizes(
             kv_bytes_per_token=max(BLOCK_BYTES // cfg.bs, 1),
             checkpoint_bytes=SLOT_BYTES,
@@ -288,7 +292,8 @@ class Driver:
         blocks = cache.alloc_blocks(-(-end // bs) - len(req.block_table))
         req.own_blocks.extend(blocks)
         req.block_table.extend(blocks)
-        ext = cache.extend(req.ns, req.seq, start, end, req.block_table[start // bs :], ckpts, req.rid)
+        table = req.block_table[start // bs :]
+        ext = cache.extend(req.ns, req.seq, start, end, table, ckpts, req.rid, hint=self._hint(req))
         assert set(ext.checkpoints) <= set(ckpts)
         cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
@@ -305,6 +310,21 @@ class Driver:
         cache.promise(cache.promised - (self.owed(start, req) - self.owed(end, req)))
         req.computed = end
         return Chunk(req, start, end, restore, snaps)
+
+    def _hint(self, req: Req) -> NodeHandle | None:
+        """`extend`'s hint: none without ``hints``; else the request's lock, as the scheduler
+        gives, or one that is no use to it: none, any node (a root, one without KV, one off the
+        path), a pruned one."""
+        if self.hints is None:
+            return None
+        kind = self.hints.random()
+        if kind < 0.7:
+            return req.lock
+        if kind < 0.8:
+            return None
+        if kind < 0.9:
+            return NodeHandle(self.hints.choice(list(self.cache.tree.nodes())).id)
+        return NodeHandle(self.hints.randrange(self.cache.tree._next_id))
 
     # ------------------------------------------------------------------ the worker call
     def _pos(self, chunk: Chunk, pos: int) -> int:
@@ -660,3 +680,32 @@ def test_cache_fuzz(cfg: Config) -> None:
         for _ in range(150):
             driver.step()
         driver.drain()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[::4], ids=lambda c: f"bs{c.bs}-{c.policy}-{c.recurrent}")
+def test_extend_from_a_hint_does_what_the_walk_from_the_root_does(cfg: Config) -> None:
+    """`extend` given the request's lock walks from it (`Publisher._known_path`); given a hint it
+    cannot use, from the root: either way the cache ends each step as without a hint."""
+    taken = 0
+    for seed in range(4):
+        plain, hinted = Driver(cfg, seed), Driver(cfg, seed, hints=True)
+        spy = hinted.cache.publisher._known_path = _PathSpy(hinted.cache.publisher._known_path)
+        for _ in range(150):
+            plain.step()
+            hinted.step()
+            assert snapshot(hinted.cache) == snapshot(plain.cache)
+        taken += spy.taken
+    assert taken > 0  # the walk from the lock ran
+
+
+@dataclass
+class _PathSpy:
+    """`Publisher._known_path`, counting the paths it found (the walk from the hint taken)."""
+
+    known_path: Callable[..., list[Node] | None]
+    taken: int = 0
+
+    def __call__(self, *args: object) -> list[Node] | None:
+        path = self.known_path(*args)
+        self.taken += bool(path)
+        return path

@@ -40,7 +40,8 @@ def test_a_decode_step_keeps_at_most_one_new_state():
     for n in range(len(seq) + 1, len(seq) + 20):
         seq += (n,)
         hashes.digest("default", seq)
-        assert len(hashes) == 1 + n // 8  # a state only where a block is completed
+        # none: each step resumes from the state after the step before (one end state is kept)
+        assert len(hashes) == held and len(hashes._ends._states) == 1
 
 
 def test_each_runner_keeps_its_own_states_and_decodes_sim_tokens():
@@ -74,3 +75,41 @@ def test_a_copy_or_a_pickle_starts_empty_and_hashes_alike():
     for other in (copy.deepcopy(hashes), copy.copy(hashes), pickle.loads(pickle.dumps(hashes))):
         assert (len(other), other.block, other.capacity) == (0, 4, 64)
         assert other.token("default", seq, VOCAB) == sim_token("default", seq, VOCAB)
+
+
+def test_sequences_decoded_side_by_side_are_sim_token_however_their_end_states_go():
+    # the state after each sequence is kept by its last tokens, for its next decode step: here
+    # sequences decode side by side, some alike up to a last token or in their last tokens (the
+    # key finds another sequence's state), some hashed again, some skipping tokens, and the end
+    # states kept are fewer than the sequences (dropped): each token is still `sim_token`'s
+    rng = random.Random(3)
+    hashes = PrefixHashes(block=4, capacity=16, end_tokens=100)
+    suffix = [7] * 10  # every sequence ending in it shares the key's last tokens
+    running = [[rng.randrange(5) for _ in range(rng.randrange(1, 9))] for _ in range(6)]
+    for step in range(300):
+        seq = rng.choice(running)
+        token = [rng.randrange(5)]  # a decode step, mostly
+        seq.extend(rng.choice([token, token, token, token, [], suffix[: rng.randrange(1, 10)], [1, 2]]))
+        namespace = rng.choice(["default"] * 5 + ["b"])
+        assert hashes.token(namespace, seq, VOCAB) == sim_token(namespace, tuple(seq), VOCAB), step
+        if len(seq) > 30:
+            seq[:] = seq[: rng.randrange(1, 6)]  # a new sequence, alike in its first tokens
+        assert hashes._ends.held <= 100
+
+
+def test_a_decode_step_resumes_from_the_state_after_the_step_before():
+    hashes = PrefixHashes(block=4, capacity=64)
+    seq = tuple(range(50, 70))
+    hashes.digest("default", seq)
+    walked = hashes._walk
+    hashes._walk = None  # type: ignore[assignment]  # a walk would fail: none is made
+    for n in range(5):
+        seq += (n,)
+        assert hashes.token("default", seq, VOCAB) == sim_token("default", seq, VOCAB)
+    hashes._walk = walked  # type: ignore[method-assign]
+    assert hashes.token("b", seq, VOCAB) == sim_token("b", seq, VOCAB)  # another namespace: walked
+    # a sequence alike in its last tokens takes seq's key: seq's next step finds its end state
+    # there, which the check refuses (a walk)
+    other = (1,) + seq[1:]
+    assert hashes.token("default", other, VOCAB) == sim_token("default", other, VOCAB)
+    assert hashes.token("default", seq + (9,), VOCAB) == sim_token("default", seq + (9,), VOCAB)

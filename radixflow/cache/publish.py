@@ -49,7 +49,7 @@ class Publisher:
                     f"chunk [{start}, {end}) starts past the {published} tokens of KV published before it"
                 )
         self._check_slots(namespace, tokens, start, end, checkpoints)
-        if known:
+        if known is not None:
             path = known + self.tree.descend(known[-1], tokens, end // bs, cuts)
         else:
             path = self.tree.path(namespace, tokens, end // bs, cuts)

@@ -665,15 +665,15 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    CONFIGS,
-    ids=lambda c: (
+def _config_id(c: Config) -> str:
+    return (
         f"bs{c.bs}-{c.blocks}b{c.slots}s-{c.policy}-"
         f"{'hyb' if c.recurrent else 'attn'}{'-follow' if c.same_round else ''}"
         f"{'-budget' if c.budget else ''}"
-    ),
-)
+    )
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_config_id)
 def test_cache_fuzz(cfg: Config) -> None:
     for seed in range(6):
         driver = Driver(cfg, seed)
@@ -682,7 +682,7 @@ def test_cache_fuzz(cfg: Config) -> None:
         driver.drain()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS[::4], ids=lambda c: f"bs{c.bs}-{c.policy}-{c.recurrent}")
+@pytest.mark.parametrize("cfg", CONFIGS[::4], ids=_config_id)
 def test_extend_from_a_hint_does_what_the_walk_from_the_root_does(cfg: Config) -> None:
     """`extend` given the request's lock walks from it (`Publisher._known_path`); given a hint it
     cannot use, from the root: either way the cache ends each step as without a hint."""

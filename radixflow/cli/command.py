@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from radixflow.engine.interrupts import HeldInterrupt
+
 
 class UsageError(Exception):
     """A user mistake: reported as one line, exit code 2."""
@@ -77,3 +79,18 @@ def write_stdout(text: str) -> None:
     with stdout_writes():
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def print_finished(stopped: BaseException, show: Callable[[], None], said: str) -> None:
+    """Print what finished of a run cut short (``show``), a second Ctrl-C held meanwhile (it would
+    lose them as they go out); ``stopped`` gets the note ``said``, or why they could not be."""
+    with HeldInterrupt():
+        try:
+            show()
+        except BrokenPipeError:  # the interrupt, or the failure, still ends the run, not this
+            stopped.add_note("standard output closed")
+            return
+        except StdoutUnwritable as e:
+            stopped.add_note(str(e))
+            return
+    stopped.add_note(said)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -26,8 +27,8 @@ from radixflow.cli.args import (
     write_trace,
 )
 from radixflow.cli.command import (
-    StdoutUnwritable,
     UsageError,
+    print_finished,
     stdout_writes,
     with_notes,
     write_stdout,
@@ -35,7 +36,6 @@ from radixflow.cli.command import (
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import sampling_flag, sampling_params
 from radixflow.cli.serve_setup import refuse_setup
-from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
@@ -114,19 +114,10 @@ def _print_finished(
     a whole run prints them (in ``--json``'s list each at its place, null for the others);
     ``stopped`` gets a note saying so, or why they could not be."""
     total = len(args.prompt) * args.n
-    # the run is stopping already: a second Ctrl-C as they go out would lose them
-    with HeldInterrupt():
-        try:
-            _print_outputs(args, console, llm, [finished.get(i) for i in range(total)])
-        except BrokenPipeError:  # the interrupt still ends the run, not this
-            stopped.add_note("standard output closed")
-            return
-        except StdoutUnwritable as e:
-            stopped.add_note(str(e))
-            return
     others = ", null for the others" if args.json else ""
     said = f"{len(finished)} of {counted(total, 'output')} finished, printed above{others}"
-    stopped.add_note(f"{said} (the same command runs them all again)")
+    show = functools.partial(_print_outputs, args, console, llm, [finished.get(i) for i in range(total)])
+    print_finished(stopped, show, f"{said} (the same command runs them all again)")
 
 
 def _print_outputs(

@@ -5,6 +5,7 @@ candidates, from JSONL to JSONL (`cli.score_file`)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import asdict
@@ -27,14 +28,13 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import StdoutUnwritable, UsageError, with_notes, write_stdout
+from radixflow.cli.command import UsageError, print_finished, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, left_to_run, run_jobs, score_row
 from radixflow.cli.score_inputs import score_inputs
 from radixflow.cli.serve_setup import refuse_setup
-from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
 from radixflow.problems import ProblemError, counted
@@ -241,18 +241,11 @@ def _print_finished(
     the table ranked among themselves); ``stopped`` gets a note saying so, or why they could not be."""
     if not finished:
         return
-    with HeldInterrupt():  # the run is stopping already: a second Ctrl-C as they go out would lose them
-        try:
-            _print_scores(args, console, candidates, [finished[i] for i in sorted(finished)])
-        except BrokenPipeError:  # the interrupt, or the failure, still ends the run, not this
-            stopped.add_note("standard output closed")
-            return
-        except StdoutUnwritable as e:
-            stopped.add_note(str(e))
-            return
     others = ", null for the others" if args.json else ""
     said = f"{len(finished)} of {counted(len(candidates), 'candidate')} scored, printed above{others}"
-    stopped.add_note(f"{said} (the same command scores them all again)")
+    scores = [finished[i] for i in sorted(finished)]
+    show = functools.partial(_print_scores, args, console, candidates, scores)
+    print_finished(stopped, show, f"{said} (the same command scores them all again)")
 
 
 def _print_scores(

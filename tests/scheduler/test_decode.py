@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from engine_utils import drive, new_engine
 
+from radixflow.cache.node import Node
+from radixflow.cache.publish import Publisher
+from radixflow.cache.types import NodeHandle
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.samples import FinishReason
@@ -81,6 +85,27 @@ def test_follow_up_turn_reuses_prompt_and_output_of_the_finished_conversation():
         drive(engine, [follow])
         assert follow.reused == 32  # the last whole block of the conversation
         assert follow.output == expected(follow, 2)
+
+
+def test_every_decode_step_extends_the_cache_from_the_request_s_lock(monkeypatch: pytest.MonkeyPatch):
+    # a decode step's extend starts its walk at the request's lock (the hint `ChunkWriter.emit`
+    # passes): were the hint dropped, each step would walk its whole path from the root again
+    routes: list[tuple[int, bool]] = []  # (the chunk's block start, whether its walk began at the lock)
+    known_path = Publisher._known_path
+
+    def spy(
+        self: Publisher, ns: str, tokens: tuple[int, ...], base: int, cuts: list[int], hint: NodeHandle | None
+    ) -> list[Node] | None:
+        path = known_path(self, ns, tokens, base, cuts, hint)
+        routes.append((base, path is not None))
+        return path
+
+    monkeypatch.setattr(Publisher, "_known_path", spy)
+    req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
+    drive(new_engine(HYBRID, CFG), [req])
+    assert req.output == expected(req, 14)
+    # the prefill from the root (nothing locked), then 13 decode steps at 20..32, each from its lock
+    assert routes == [(0, False)] + [(p // 8 * 8, True) for p in range(20, 33)]
 
 
 def test_stop_mid_decode_keeps_the_output_and_caches_it():

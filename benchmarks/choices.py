@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
@@ -79,8 +80,7 @@ def cpu_seconds(modes: dict, repeat: int) -> dict[str, list[float]]:
     """Each mode's process CPU seconds per repeat, the modes' order rotating repeat by repeat."""
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     for rep in range(repeat):
-        order = MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]
-        for mode in order:
+        for mode in rotated(MODES, rep):
             t = time.process_time()
             modes[mode]()
             seconds[mode].append(time.process_time() - t)

@@ -37,7 +37,8 @@ import httpx
 import openai
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.router_runs import RouterRun, Trial, report, rotated, summarize
+from radixflow.bench.router_runs import RouterRun, Trial, report, summarize
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
 from radixflow.server.fleet_spawn import FleetLaunch, FleetServer, NotReady, fleet_servers, ray_settled

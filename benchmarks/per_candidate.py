@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
@@ -168,7 +169,7 @@ def measure(
     cpus: dict[str, list[float]] = {m: [] for m in modes}
     same = dict.fromkeys(modes, True)
     for r in range(repeat):
-        order = modes[r % len(modes) :] + modes[: r % len(modes)]
+        order = rotated(modes, r)
         draws = {m: fresh_prompts(rng, shape) for m in order}
         got: dict[str, list[Answer]] = {}
         for mode in order:

@@ -4,9 +4,9 @@ For each family (the five hybrid `-small` zoo models and the attention-only cont
 workload (4 contexts of 512 tokens x 8 candidates of 32, one generated token: grouped and
 shuffled candidates arriving at once, and Poisson arrivals at a medium load, half the rate at
 which `native` clears the grouped batch), the three policies run interleaved run by run
-(a, b, c, a, b, c, ...) on one runner, each on a fresh engine. Reported per policy: the median
-mean latency over the repeats and its spread (min-max), the median p99, rounds, the wall-time
-mean latency beside the engine clock's, whether every output equals a no-cache run of the same
+(a, b, c, b, c, a, ...: each first in turn) on one runner, each on a fresh engine. Reported per
+policy: the median mean latency over the repeats and its spread (min-max), the median p99, rounds,
+the wall-time mean latency beside the engine clock's, whether every output equals a no-cache run of the same
 model, and the machine's load average during the runs. Beside each real figure: the sim's
 prediction (`--runner sim --model FAMILY` with the calibrated CPU profile, same workload and
 budgets) and its relative difference, or why the sim could not run that shape. And the twin as a

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
@@ -63,7 +64,7 @@ def measure(args: argparse.Namespace) -> dict:
     cpus: dict[str, list[float]] = {m: [] for m in calls}
     same = True
     for rep in range(args.repeat + 1):  # the first round warms up and is not counted
-        names = list(calls)[rep % len(calls) :] + list(calls)[: rep % len(calls)]
+        names = rotated(list(calls), rep)
         got = {}
         for name in names:
             contexts, candidates = fresh_jobs(random.Random(rng.random()), args, vocab)

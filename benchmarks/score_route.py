@@ -31,6 +31,7 @@ import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -97,7 +98,7 @@ def timings(http: httpx.Client, pid: int, args: argparse.Namespace) -> tuple[See
     agree = True
     for rep in range(args.repeat):
         context, cands = fresh(rng, args, vocab)  # one job per repeat, asked both ways
-        order = list(MODES)[rep % 2 :] + list(MODES)[: rep % 2]
+        order = rotated(list(MODES), rep)
         totals = {}
         for mode in order:
             job = (f"{rep}-{mode}", context, cands)  # a namespace of its own: nothing cached

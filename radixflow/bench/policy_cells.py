@@ -14,6 +14,7 @@ from pathlib import Path
 from radixflow.bench.metrics import summarize
 from radixflow.bench.policy_tables import acceptance, in_band, relative
 from radixflow.bench.round_log import RoundLog
+from radixflow.bench.spread import rotated
 from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sim_figures
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request
@@ -48,12 +49,12 @@ def interleaved(
     log: RoundLog,
     after_turn: Callable[[], None] | None = None,
 ) -> dict[str, Trials]:
-    """Every policy once on each of ``runs`` (the requests of each repeat, `sequences`), in turn
-    (a, b, c, a, b, c, ...), each on a fresh engine; ``after_turn`` called after each turn (the
-    script times its `SpeedProbe` there)."""
+    """Every policy once on each of ``runs`` (the requests of each repeat, `sequences`), in turn,
+    the order rotated repeat by repeat (a, b, c, b, c, a, ...: `rotated`), each on a fresh
+    engine; ``after_turn`` called after each turn (the script times its `SpeedProbe` there)."""
     trials = {p: Trials() for p in POLICIES}
     for repeat, requests in enumerate(runs):
-        for policy in POLICIES:
+        for policy in rotated(POLICIES, repeat):
             log.label.update(policy=policy, repeat=repeat)
             trials[policy].loads.append(os.getloadavg()[0])
             engine, tape = run_one(setup, policy, requests, taped=True)

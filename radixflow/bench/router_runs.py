@@ -60,12 +60,6 @@ def summarize(run: RouterRun) -> None:
     run.reuse_rate = median([t.reuse_rate for t in run.trials])
 
 
-def rotated(routers: list[str], trial: int) -> list[str]:
-    """The order trial ``trial`` sends its traffic to the routers: each first in turn. Pure."""
-    k = trial % len(routers)
-    return routers[k:] + routers[:k]
-
-
 def report(run: RouterRun, repeat: int) -> None:
     """``run``'s line (medians over its ``repeat`` trials, its Ctrl-C), then one per replica and
     its first distinct errors."""

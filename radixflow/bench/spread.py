@@ -1,7 +1,8 @@
 """What a repeated bench's medians are read against: each policy's spread over its trials, and the
 machine's load while they ran, and each policy's change from the first trial by trial (the
 spread of the table's "vs" column). The table shows medians; a median without its spread and load
-cannot say whether two policies differ (machines here are shared and noisy)."""
+cannot say whether two policies differ (machines here are shared and noisy). And the order the
+policies take their turns in, trial by trial (`rotated`), so that no one always runs first."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -97,3 +101,10 @@ def _paired(first: Spread, other: Spread) -> str:
     pairs_said = "1 trial (one pair: no spread to read)" if len(changes) == 1 else f"{len(changes)} trials"
     text = f"{text} over {pairs_said}"
     return text if not low <= 0 <= high else f"{text}; the range spans 0: no difference shown"
+
+
+def rotated(names: Sequence[T], trial: int) -> list[T]:
+    """The order trial ``trial`` runs ``names`` in: each first in turn, so whatever the one before
+    left (a warm cache, a busy spell, a grown heap) falls on each alike. Pure."""
+    k = trial % len(names)
+    return [*names[k:], *names[:k]]

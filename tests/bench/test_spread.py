@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from radixflow.bench.spread import Load, Spread, load_between, load_now, ratio_lines, spread_lines
+from radixflow.bench.spread import Load, Spread, load_between, load_now, ratio_lines, rotated, spread_lines
 
 
 def test_one_trial_shows_no_spread():
@@ -81,3 +81,14 @@ def test_a_single_paired_trial_is_one_trial_and_no_range():
     lines = ratio_lines("mean latency", [Spread("native", (1.0, 1.0)), Spread("adaptive", (0.5, None))])
     one = "  adaptive: -50.0% to -50.0%, median -50.0% over 1 trial (one pair: no spread to read)"
     assert lines[1] == one
+
+
+def test_each_trial_puts_the_next_name_first_so_no_name_always_runs_first():
+    names = ("a", "b", "c")
+    assert [rotated(names, t) for t in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+    assert rotated(["x"], 5) == ["x"]

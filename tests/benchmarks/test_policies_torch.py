@@ -5,14 +5,16 @@ comparisons it derives, and the tables written from a stored run."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from benchmark_utils import load_benchmark
 
-from radixflow.bench import twin_runs
+from radixflow.bench import policy_cells, twin_runs
 from radixflow.bench.metrics import PolicyResult, summarize
 from radixflow.bench.policy_cells import SMOKE_SHAPE, cell_figures, real_figures, resimulated, workload_spec
 from radixflow.bench.policy_tables import acceptance, detail_markdown, summary_markdown
+from radixflow.bench.round_log import RoundLog
 from radixflow.bench.twin import RoundTape
 from radixflow.bench.twin_runs import POLICIES, Trials, run_one, sequences, sim_figures, twin_setup
 from radixflow.workloads.build import build_workload
@@ -209,3 +211,22 @@ def test_an_output_that_cannot_be_appended_to_is_one_line_before_any_model_is_bu
     )
     with pytest.raises(SystemExit, match=f"^policies_torch: {flag} {bad}: cannot write it"):
         bench.main()
+
+
+def test_the_policies_take_turns_first_repeat_by_repeat(monkeypatch):
+    # every repeat ran a, b, c in the same order: the first policy always met the machine's
+    # state after the last one's run (an order bias in a paired comparison)
+    ran: list[str] = []
+
+    def fake_run(setup, policy, requests, taped=False):
+        ran.append(policy)
+        return object(), RoundTape()
+
+    monkeypatch.setattr(policy_cells, "run_one", fake_run)
+    monkeypatch.setattr(policy_cells, "summarize", lambda policy, *rest: _result(1.0))
+    setup = SimpleNamespace(scheduler=None)
+    trials = policy_cells.interleaved(setup, [[], [], []], {}, RoundLog(None))  # type: ignore[arg-type]
+    n = len(POLICIES)
+    assert [ran[r * n] for r in range(3)] == [POLICIES[r % n] for r in range(3)]
+    assert all(sorted(ran[r * n : (r + 1) * n]) == sorted(POLICIES) for r in range(3))
+    assert all(len(t.results) == 3 for t in trials.values())  # each policy once per repeat

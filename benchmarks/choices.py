@@ -13,8 +13,9 @@ tokens each, through `LLM`, three ways:
 
 Every run draws a fresh prompt, so nothing is cached from an earlier run; modes are interleaved,
 their order rotated per repeat; reported per mode: median CPU time of this process (one torch
-thread unless ``--torch-threads``), the spread (min-max), the ratio to ``n``, and the machine's
-load average. ``same`` checks that the N calls give exactly the N choices of one ``n`` call.
+thread unless ``--torch-threads``), the spread (min-max), the ratio to ``n`` (of the medians,
+and repeat by repeat: its range and median), and the machine's load average. ``same`` checks
+that the N calls give exactly the N choices of one ``n`` call.
 
     python benchmarks/choices.py --json results/choices.json
 """
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
@@ -87,6 +88,39 @@ def cpu_seconds(modes: dict, repeat: int) -> dict[str, list[float]]:
     return seconds
 
 
+def figures(seconds: dict[str, list[float]]) -> dict[str, dict]:
+    """Each mode's median CPU seconds, their range, the ratio of its median to ``n``'s, its runs."""
+    base = statistics.median(seconds["n"])
+    return {
+        m: {
+            "cpu_s": statistics.median(v),
+            "min_s": min(v),
+            "max_s": max(v),
+            "ratio_to_n": statistics.median(v) / base,
+            "runs": v,
+        }
+        for m, v in seconds.items()
+    }
+
+
+def report(
+    args: argparse.Namespace, rows: dict, seconds: dict[str, list[float]], loads: tuple, same: bool
+) -> None:
+    """The table of medians, then each mode against ``n`` repeat by repeat (their spread)."""
+    load_before, load_after = loads
+    print(
+        f"{args.model}: one prompt of {args.context_len} tokens, n = {args.n} choices of "
+        f"{args.gen_tokens} tokens; medians of {args.repeat}; "
+        f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}"
+    )
+    print(f"{'mode':8s} {'cpu s':>7s} {'spread':>13s} {'x n':>6s}")
+    for m, r in rows.items():
+        print(f"{m:8s} {r['cpu_s']:7.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} {r['ratio_to_n']:6.2f}")
+    for line in paired_lines("CPU time", seconds, "n"):  # trial t of every mode ran side by side
+        print(line)
+    print(f"the {args.n} calls give exactly the n = {args.n} choices: {same}")
+
+
 def main() -> None:
     args = arguments()
     llm = LLM(args.model, torch_threads=args.torch_threads, seed=0)
@@ -100,28 +134,10 @@ def main() -> None:
     seconds = cpu_seconds(modes, args.repeat)
     load_after = os.getloadavg()
     same = same_choices(llm, params, [rng.randrange(3, VOCAB) for _ in range(args.context_len)])
-    base = statistics.median(seconds["n"])
-    rows = {
-        m: {
-            "cpu_s": statistics.median(v),
-            "min_s": min(v),
-            "max_s": max(v),
-            "ratio_to_n": statistics.median(v) / base,
-            "runs": v,
-        }
-        for m, v in seconds.items()
-    }
-    print(
-        f"{args.model}: one prompt of {args.context_len} tokens, n = {args.n} choices of "
-        f"{args.gen_tokens} tokens; medians of {args.repeat}; "
-        f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}"
-    )
-    print(f"{'mode':8s} {'cpu s':>7s} {'spread':>13s} {'x n':>6s}")
-    for m, r in rows.items():
-        print(f"{m:8s} {r['cpu_s']:7.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} {r['ratio_to_n']:6.2f}")
-    print(f"the {args.n} calls give exactly the n = {args.n} choices: {same}")
+    rows = figures(seconds)
+    report(args, rows, seconds, (load_before, load_after), same)
     if args.json:
-        figures = {
+        out = {
             "model": args.model,
             "n": args.n,
             "context_len": args.context_len,
@@ -132,7 +148,7 @@ def main() -> None:
             "same": same,
             "modes": rows,
         }
-        write_figures(args.json, figures)
+        write_figures(args.json, out)
     if not same:  # the figures are kept above; the run itself failed
         raise SystemExit(f"the {args.n} calls differ from the n = {args.n} choices of one call")
 

@@ -5,7 +5,8 @@ The workload and timing of `scheduler_overhead.py` (shared contexts of 64 tokens
 every eviction happens): each variant's engine is filled until its cache is full and every
 admission evicts, then the variants take their measured rounds in turn, so a slow spell of a
 shared machine hits all alike. ``--repeat`` fresh processes; medians, and each variant's ratio
-to `lru`, beside the machine's load average before and after.
+to `lru` (of the medians, and repeat by repeat: its range and median over the repeats), beside
+the machine's load average before and after.
 
     python benchmarks/eviction_overhead.py --waiting 10000 --json results/eviction_overhead.json
 """
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import paired_lines
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.problems import ProblemError, flag
@@ -130,6 +132,10 @@ def _print(result: dict) -> None:
             runs = ", ".join(f"{x:.2f}" for x in row["runs_ms"])
             table.add_row(str(waiting), name, f"{row['median_ms']:.2f}", f"{row['vs_lru']:.2f}", runs)
     Console().print(table)
+    for waiting, rows in result["per_round"].items():  # the ratios of medians above: their spread
+        runs = {name: row["runs_ms"] for name, row in rows.items()}
+        for line in paired_lines(f"waiting {waiting}: CPU per round", runs, label(VARIANTS[0])):
+            print(line)
 
 
 if __name__ == "__main__":

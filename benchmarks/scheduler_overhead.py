@@ -6,7 +6,8 @@ round, block size 16. Per-round figures are taken once the cache is full and eve
 evicts, with the queue topped up so it stays at the target length. Scheduler CPU is
 `time.process_time` around `Scheduler.schedule` and `Scheduler.update`. The policies' per-round figures are
 taken side by side in one process (their rounds in turn), ``--repeat`` times (3) in fresh
-processes; the median is reported beside every run's, with the ratio to `radixflow`, and the
+processes; the median is reported beside every run's, with the ratio to `radixflow` (of the
+medians, and repeat by repeat: its range and median over the repeats), and the
 machine's load average before and after.
 
     python benchmarks/scheduler_overhead.py --json results/scheduler_overhead.json
@@ -30,6 +31,7 @@ from rich.table import Table
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import paired_lines
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
@@ -234,6 +236,7 @@ def _print(result: dict, console: Console) -> None:
             cells = f"{r['waiting']:,}", f"{r['median_ms']:.3f}", runs, f"{r['p99_ms']:.3f}", ratio
             table.add_row(policy, *cells, str(r["cache_full"]))
     console.print(table)
+    _print_paired(result["per_round"])
     table = Table(title="first round with N blocked consumers (ms)")
     table.add_column("policy")
     for policy, rows in result["blocked_round_ms"].items():
@@ -254,6 +257,18 @@ def _print(result: dict, console: Console) -> None:
                 f"{r['peak_rss_mb']:.0f}",
             )
     console.print(table)
+
+
+def _print_paired(per_round: dict[str, list[dict]]) -> None:
+    """Each policy against radixflow, repeat by repeat (their rounds ran in turn in one process):
+    the spread the table's ratio of medians is read against."""
+    by_waiting: dict[int, dict[str, list[float]]] = {}
+    for policy, rows in per_round.items():
+        for r in rows:
+            by_waiting.setdefault(r["waiting"], {})[policy] = r.get("median_ms_runs", [r["median_ms"]])
+    for waiting, runs in by_waiting.items():
+        for line in paired_lines(f"waiting {waiting:,}: CPU per round", runs, "radixflow"):
+            print(line)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ of ``--candidate-len`` tokens. ``per_context`` scores them as a loop over `score
 context's batch alone); ``many`` in one `score_many` call, so the scheduler can fill a round with
 several contexts' work. Every run draws fresh contexts (nothing cached from an earlier run);
 modes are interleaved, their order rotated per repeat. Reported per mode: median wall time, its
-spread, median CPU time of this process, the ratio of each to ``many``, the load average, and
-whether every candidate's logprobs equal across modes (within ``--atol``).
+spread, median CPU time of this process, the ratio of each to ``many`` (of the medians, and
+repeat by repeat: its range and median), the load average, and whether every candidate's
+logprobs equal across modes (within ``--atol``).
 
     python benchmarks/score_many.py --json results/score_many.json
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
@@ -85,6 +86,8 @@ def measure(args: argparse.Namespace) -> dict:
             "cpu_s": statistics.median(cpus[name]),
             "wall_ratio": statistics.median(walls[name]) / base,
             "cpu_ratio": statistics.median(cpus[name]) / base_cpu,
+            "wall_runs_s": walls[name],  # trial t of each mode ran side by side
+            "cpu_runs_s": cpus[name],
         }
         for name in calls
     }
@@ -105,6 +108,9 @@ def report(args: argparse.Namespace, result: dict) -> None:
         spread = f"{f['wall_min_s']:.3f}-{f['wall_max_s']:.3f}"
         ratios = f"wall {f['wall_ratio']:.2f}x cpu {f['cpu_ratio']:.2f}x"
         print(f"  {name:12s} wall {f['wall_s']:.3f} s ({spread}) cpu {f['cpu_s']:.3f} s; / many: {ratios}")
+    for what, key in (("wall time", "wall_runs_s"), ("CPU time", "cpu_runs_s")):
+        for line in paired_lines(what, {m: f[key] for m, f in result["modes"].items()}, "many"):
+            print(line)  # the ratios of medians above: their spread over the paired repeats
 
 
 def main() -> None:

@@ -12,8 +12,9 @@ of its own on a loopback port; this process is the client). Two ways to ask:
 Both compute the same tokens (every run draws a fresh context: nothing is cached from an earlier
 run). Modes interleaved, order rotated per repeat; reported per mode: median wall time and its
 spread, median server CPU time (from /proc, less disturbed by other load than wall time), the
-response's size, the ratio of each to ``score``'s, the machine's load average, and whether the
-candidates' total logprobs agree within ``--atol``.
+response's size, the ratio of each to ``score``'s (of the medians, and repeat by repeat: its
+range and median), the machine's load average, and whether the candidates' total logprobs agree
+within ``--atol``.
 
     python benchmarks/score_route.py --json results/score_route.json
     python benchmarks/score_route.py --model lfm2-small --candidates 128
@@ -31,7 +32,7 @@ import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -128,12 +129,17 @@ def table(seen: Seen, args: argparse.Namespace) -> dict:
             "wall_max_s": max(walls),
             "server_cpu_s": cpu,
             "response_bytes": size,
+            "wall_runs_s": walls,  # trial t of each mode asked the same job side by side
+            "server_cpu_runs_s": [c for _, c, _ in runs],
             "wall_ratio": wall / base[0],
             "cpu_ratio": cpu / base[1] if base[1] else None,
         }
         cpu_x = f"{cpu / base[1]:.2f}" if base[1] else "-"
         spread = f"{min(walls):6.3f}-{max(walls):.3f}"
         print(f"{mode:8} {wall:8.3f} {spread:>14} {cpu:13.2f} {size:10d} {wall / base[0]:7.2f} {cpu_x:>7}")
+    for what, key in (("wall time", "wall_runs_s"), ("server CPU", "server_cpu_runs_s")):
+        for line in paired_lines(what, {m: f[key] for m, f in figures.items()}, "score"):
+            print(line)  # the ratios of medians above: their spread over the paired repeats
     return figures
 
 

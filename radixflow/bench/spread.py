@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -87,6 +87,13 @@ def ratio_lines(label: str, spreads: Sequence[Spread]) -> list[str]:
     first, others = spreads[0], spreads[1:]
     title = f"{label} against {first.policy}, trial by trial (ratios of trials run side by side):"
     return [title, *(f"  {_paired(first, s)}" for s in others)]
+
+
+def paired_lines(label: str, trials: Mapping[str, Sequence[float | None]], first: str) -> list[str]:
+    """`ratio_lines` for a script's figures kept as each name's trials in trial order: every other
+    name against ``first`` trial by trial (trial t of each ran side by side)."""
+    names = [first, *(name for name in trials if name != first)]
+    return ratio_lines(label, [Spread(name, tuple(trials[name])) for name in names])
 
 
 def _paired(first: Spread, other: Spread) -> str:

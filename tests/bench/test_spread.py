@@ -4,7 +4,16 @@ import os
 
 import pytest
 
-from radixflow.bench.spread import Load, Spread, load_between, load_now, ratio_lines, rotated, spread_lines
+from radixflow.bench.spread import (
+    Load,
+    Spread,
+    load_between,
+    load_now,
+    paired_lines,
+    ratio_lines,
+    rotated,
+    spread_lines,
+)
 
 
 def test_one_trial_shows_no_spread():
@@ -92,3 +101,12 @@ def test_each_trial_puts_the_next_name_first_so_no_name_always_runs_first():
         ["a", "b", "c"],
     ]
     assert rotated(["x"], 5) == ["x"]
+
+
+def test_paired_lines_read_each_name_against_the_one_named_first_whatever_its_place():
+    trials = {"a": [1.5, 2.2], "base": [1.0, 2.0]}
+    assert paired_lines("wall", trials, "base") == [
+        "wall against base, trial by trial (ratios of trials run side by side):",
+        "  a: +10.0% to +50.0%, median +30.0% over 2 trials",
+    ]
+    assert paired_lines("wall", {"base": [1.0], "a": [2.0]}, "base") == []  # one trial: no pairs

@@ -47,3 +47,15 @@ def test_the_machines_load_is_recorded_beside_the_timings(overhead, monkeypatch,
     overhead.main()
     machine = json.loads(out.read_text())["machine"]
     assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
+
+
+def test_each_variant_is_read_against_lru_trial_by_trial(overhead, capsys):
+    # only the ratio of medians was printed: two medians from different repeats, no spread to
+    # say whether a variant differs from lru at all
+    row = {"median_ms": 1.0, "vs_lru": 1.0}
+    rows = {"lru/all": {**row, "runs_ms": [1.0, 2.0]}, "cost-per-byte/all": {**row, "runs_ms": [1.5, 2.2]}}
+    machine = {"cpus": 2, "load_1min_before": 0.5, "load_1min_after": 0.7}
+    overhead._print({"machine": machine, "policy": "adaptive", "per_round": {200: rows}})
+    out = capsys.readouterr().out
+    assert "waiting 200: CPU per round against lru/all, trial by trial" in out
+    assert "cost-per-byte/all: +10.0% to +50.0%, median +30.0% over 2 trials" in out

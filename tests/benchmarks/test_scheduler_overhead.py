@@ -6,6 +6,7 @@ import json
 
 import pytest
 from benchmark_utils import load_benchmark
+from rich.console import Console
 
 from radixflow.bench.metrics import percentile
 
@@ -53,3 +54,18 @@ def test_the_machines_load_is_recorded_beside_the_timings(overhead, monkeypatch,
     machine = json.loads(out.read_text())["machine"]
     assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
     assert all(isinstance(v, int | float) and v >= 0 for v in machine.values())
+
+
+def test_each_policy_is_read_against_radixflow_trial_by_trial(overhead, capsys):
+    # only the ratio of medians was printed: no paired ratio, no spread to read it against
+    def row(runs: list[float]) -> dict:
+        figures = {"median_ms": runs[0], "median_ms_runs": runs, "p99_ms": 1.0, "cache_full": True}
+        return {"waiting": 200, **figures}
+
+    per_round = {"native": [row([1.5, 2.2])], "radixflow": [row([1.0, 2.0])]}
+    machine = {"cpus": 2, "load_1min_before": 0.5, "load_1min_after": 0.7}
+    result = {"machine": machine, "per_round": per_round, "blocked_round_ms": {}, "runs": {}}
+    overhead._print(result, Console(width=200))
+    out = capsys.readouterr().out
+    assert "waiting 200: CPU per round against radixflow, trial by trial" in out
+    assert "native: +10.0% to +50.0%, median +30.0% over 2 trials" in out

@@ -61,3 +61,16 @@ def test_the_load_printed_is_the_load_written(route, monkeypatch, tmp_path, caps
     route.main()
     before, after = json.loads(out.read_text())["load"]
     assert f"load before {before}, after {after}" in capsys.readouterr().out
+
+
+def test_each_way_is_read_against_score_trial_by_trial(route, capsys):
+    # only the ratio of medians was printed: no paired ratio, no spread to read it against
+    seen = {"score": [(1.0, 0.5, 10), (2.0, 1.0, 10)], "echo": [(1.5, 1.0, 20), (2.2, 1.0, 20)]}
+    args = SimpleNamespace(model="m", candidates=2, candidate_len=3, context_len=24, repeat=2)
+    figures = route.table(seen, args)
+    out = capsys.readouterr().out
+    assert "wall time against score, trial by trial" in out
+    assert "echo: +10.0% to +50.0%, median +30.0% over 2 trials" in out
+    assert "echo: +0.0% to +100.0%, median +50.0% over 2 trials" in out  # the server's CPU
+    assert figures["echo"]["wall_runs_s"] == [1.5, 2.2]  # the pairs, beside the medians
+    assert figures["echo"]["server_cpu_runs_s"] == [1.0, 1.0]

@@ -30,12 +30,10 @@ import argparse
 import contextlib
 import os
 import statistics
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from decode_step import setup  # benchmarks/ is on sys.path when a script in it runs
@@ -43,7 +41,7 @@ from runner_throughput import prompts
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from radixflow.bench.provenance import write_figures
+from radixflow.bench.provenance import git_commit, write_figures
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
@@ -72,6 +70,7 @@ GEMM_OPS = (
 )
 
 BLOCK = 16
+SHORT = 12  # the "commit" key's length: the run block (`write_figures`) holds it whole
 
 
 class GemmRecorder(TorchDispatchMode):
@@ -219,12 +218,6 @@ def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
     return {"kind": kind, "model": model, "matmul_plan": plan, "rounds": rows}
 
 
-def commit() -> str:
-    here = Path(__file__).resolve().parent
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kinds", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -250,7 +243,7 @@ def main() -> None:
         args.kinds, args.batches, args.context, args.lengths, args.repeats = ["deltanet"], [2], 8, [8, 4], 1
     torch.set_num_threads(args.threads)
     meta = {
-        "commit": commit(),
+        "commit": (git_commit() or "unknown")[:SHORT],  # kept for older readers: run.commit whole
         "threads": args.threads,
         "kernels": args.kernels,
         "load_before": os.getloadavg()[0],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
 
@@ -26,3 +28,19 @@ def test_a_count_below_one_is_one_line_before_any_model_is_built(bench, monkeypa
         bench.main()
     assert exc.value.code == 2
     assert f"argument {flag}: must be positive, got 0" in capsys.readouterr().err
+
+
+def test_the_commit_is_provenances_and_no_git_is_no_traceback(bench, monkeypatch, tmp_path):
+    # its own `commit()` ran git with no timeout and no guard: where git is not installed, a
+    # FileNotFoundError traceback after every round was measured; beside it `run.commit`
+    # (`provenance.git_commit`) said the same thing its own way
+    monkeypatch.setattr(
+        bench, "bench", lambda kind, model, args: {"model": model, "matmul_plan": "x", "rounds": []}
+    )
+    monkeypatch.setattr(bench.torch, "set_num_threads", lambda n: None)
+    out = tmp_path / "p.json"
+    monkeypatch.setattr("sys.argv", ["round_profile.py", "--smoke", "--json", str(out)])
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git here
+    bench.main()
+    figures = json.loads(out.read_text())
+    assert figures["commit"] == "unknown" and figures["run"]["commit"] is None

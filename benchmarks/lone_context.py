@@ -5,9 +5,11 @@ placement: all requests in one batch, and one request at a time, each submitted 
 before it has finished (what calling ``LLM.generate`` once per candidate does). Reported per
 placement: engine time (the sim clock on the sim runner, the summed measured worker calls on
 torch), wall time, rounds, prompt tokens served from the cache, and whether every output equals
-the runner's no-cache reference. Times are the minimum over ``--repeat`` interleaved runs, every
-run's kept beside it in the JSON (``engine_runs_s``, ``wall_runs_s``: their spread), with the
-machine's 1-minute load average before and after, printed and written.
+the runner's no-cache reference. Times are the minimum over ``--repeat`` interleaved runs (each
+first in turn), every run's kept beside it in the JSON (``engine_runs_s``, ``wall_runs_s``: their
+spread), the ratio one by one / batch of the minima and, since each repeat ran the two side by
+side, repeat by repeat (``*_ratio_runs``, their median ``*_ratio_median``; printed with their
+range), with the machine's 1-minute load average before and after, printed and written.
 
     python benchmarks/lone_context.py --model qwen3_5-2b                       # sim, H100 profile
     python benchmarks/lone_context.py --model qwen3_5-2b --hardware cpu        # sim, CPU profile
@@ -17,12 +19,15 @@ machine's 1-minute load average before and after, printed and written.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
@@ -76,41 +81,66 @@ def _result(engine: Engine, done: list[Request], wall: float) -> Run:
 def measure(
     setup: EngineSetup, requests: list[Request], placements: list[str], repeat: int
 ) -> dict[str, object]:
-    """Each (placement, mode) ``repeat`` times, interleaved; times are the minimum over repeats
-    (the run least disturbed by other work on a shared machine), every repeat's kept beside it,
-    counts the first's, and the outputs of every repeat are held to the no-cache reference. Per
-    placement a row; ``load_1min``: the load average before and after the runs."""
+    """Each (placement, mode) ``repeat`` times, interleaved, each first in turn (`rotated`); times
+    are the minimum over repeats (the run least disturbed by other work on a shared machine),
+    every repeat's kept beside it, counts the first's, and the outputs of every repeat are held to
+    the no-cache reference. Per placement a row (`_row`); ``load_1min``: the load average before
+    and after the runs."""
     reference = setup.runner.reference_tokens(requests)
     load_before = os.getloadavg()[0]
     modes = {"batch": run_batch, "one_by_one": run_one_by_one}
     runs: dict[tuple[str, str], list[Run]] = {(p, m): [] for p in placements for m in modes}
-    for _ in range(repeat):
-        for placement in placements:
-            for mode, run in modes.items():
-                runs[placement, mode].append(run(setup.engine(placement=placement), requests))
+    for trial in range(repeat):
+        for placement, mode in rotated(list(runs), trial):
+            runs[placement, mode].append(modes[mode](setup.engine(placement=placement), requests))
     load_after = os.getloadavg()[0]
     prompt_tokens = sum(len(r.prompt) for r in requests)
     out: dict[str, object] = {"load_1min": [load_before, load_after]}
     for placement in placements:
-        row: dict[str, object] = {}
-        for mode in modes:
-            first = runs[placement, mode][0]
-            exact = all(_exact(r, reference) for r in runs[placement, mode])  # every repeat
-            row[mode] = {
-                "engine_s": min(r.engine_s for r in runs[placement, mode]),
-                "wall_s": min(r.wall_s for r in runs[placement, mode]),
-                "engine_runs_s": [r.engine_s for r in runs[placement, mode]],
-                "wall_runs_s": [r.wall_s for r in runs[placement, mode]],
-                "rounds": first.rounds,
-                "reused_tokens": first.reused,
-                "computed_tokens": prompt_tokens - first.reused,
-                "same_as_no_cache": exact if reference is not None else None,
-            }
-        batch, one = row["batch"], row["one_by_one"]
-        row["engine_ratio"] = one["engine_s"] / batch["engine_s"]  # type: ignore[index]
-        row["wall_ratio"] = one["wall_s"] / batch["wall_s"]  # type: ignore[index]
-        out[placement] = row
+        row = {mode: _figures(runs[placement, mode], reference, prompt_tokens) for mode in modes}
+        out[placement] = {**row, **_ratios(row["batch"], row["one_by_one"])}
     return out
+
+
+def _figures(runs: list[Run], reference: dict[str, int] | None, prompt_tokens: int) -> dict[str, object]:
+    """One (placement, mode)'s figures over its repeats."""
+    first = runs[0]
+    return {
+        "engine_s": min(r.engine_s for r in runs),
+        "wall_s": min(r.wall_s for r in runs),
+        "engine_runs_s": [r.engine_s for r in runs],
+        "wall_runs_s": [r.wall_s for r in runs],
+        "rounds": first.rounds,
+        "reused_tokens": first.reused,
+        "computed_tokens": prompt_tokens - first.reused,
+        "same_as_no_cache": all(_exact(r, reference) for r in runs) if reference is not None else None,
+    }
+
+
+def _ratios(batch: dict, one: dict) -> dict[str, object]:
+    """One by one over batch: of the minima (the headline, docs/policies.md's table), and repeat by
+    repeat (the two ran side by side in each) with the median of those: the spread it is read
+    against."""
+    out: dict[str, object] = {}
+    for clock in ("engine", "wall"):
+        pairs = zip(one[f"{clock}_runs_s"], batch[f"{clock}_runs_s"], strict=True)
+        paired = [o / b if b > 0 else math.nan for o, b in pairs]  # nan: written null, said so
+        out[f"{clock}_ratio"] = (
+            one[f"{clock}_s"] / batch[f"{clock}_s"] if batch[f"{clock}_s"] > 0 else math.nan
+        )
+        out[f"{clock}_ratio_runs"] = paired
+        out[f"{clock}_ratio_median"] = statistics.median(paired)
+    return out
+
+
+def print_paired(results: dict[str, object], placements: list[str]) -> None:
+    """Each placement's one-by-one against its batch, repeat by repeat (`paired_lines`)."""
+    for placement in placements:
+        row: dict = results[placement]  # type: ignore[assignment]
+        for clock, key in (("engine time", "engine_runs_s"), ("wall time", "wall_runs_s")):
+            trials = {mode: row[mode][key] for mode in ("batch", "one_by_one")}
+            for line in paired_lines(f"{placement}: {clock}", trials, "batch"):
+                print(line)
 
 
 def _exact(run: Run, reference: dict[str, int] | None) -> bool:
@@ -184,6 +214,7 @@ def run_from_args(args: argparse.Namespace) -> None:
                 + ", ".join(f"{w:.2f}" for w in r["wall_runs_s"])
             )
         print(f"{placement:<10}{'one/batch':<12}{row['engine_ratio']:>10.3f}{row['wall_ratio']:>9.3f}")
+    print_paired(results, args.placements)  # the ratios of minima above: their paired spread
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_figures(args.json, {"workload": spec.to_dict(), "repeat": args.repeat, "results": results})

@@ -45,12 +45,39 @@ def test_no_repeat_is_refused_in_one_line(lone, monkeypatch, capsys):
 def test_each_mode_keeps_every_repeat_and_the_run_its_load(lone, monkeypatch):
     # the minimum alone, and no load average: docs/policies.md quotes "load 2-5" for a run whose
     # JSON held neither the load nor how far its repeats spread
-    walls = iter([1.0, 3.0, 0.5, 2.0])
-    monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(walls)))
-    monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(walls)))
+    batch, one = iter([1.0, 0.5]), iter([3.0, 2.0])  # the modes take turns first: one each
+    monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
+    monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
     monkeypatch.setattr(lone.os, "getloadavg", lambda: (2.5, 3.0, 3.5))
     out = lone.measure(_setup({"a": 7}), [], ["branch"], 2)
     assert out["branch"]["batch"]["wall_runs_s"] == [1.0, 0.5]
     assert out["branch"]["one_by_one"]["engine_runs_s"] == [3.0, 2.0]
     assert out["branch"]["batch"]["wall_s"] == 0.5  # the headline figure: still the minimum
     assert out["load_1min"] == [2.5, 2.5]
+
+
+def test_the_ratio_is_also_paired_repeat_by_repeat_with_its_median_and_range(lone, monkeypatch, capsys):
+    # the ratio was of two minima, maybe from different repeats (one quiet spell for batch,
+    # another for one-by-one): nothing paired, no spread to read it against
+    batch, one = iter([1.0, 0.5]), iter([3.0, 2.0])
+    monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
+    monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
+    row = lone.measure(_setup({"a": 7}), [], ["branch"], 2)["branch"]
+    assert row["wall_ratio"] == 4.0  # the ratio of the minima, as docs/policies.md quotes it
+    assert row["wall_ratio_runs"] == [3.0, 4.0] and row["wall_ratio_median"] == 3.5
+    assert row["engine_ratio_runs"] == [3.0, 4.0] and row["engine_ratio_median"] == 3.5
+    lone.print_paired({"branch": row}, ["branch"])
+    assert "one_by_one: +200.0% to +300.0%, median +250.0% over 2 trials" in capsys.readouterr().out
+
+
+def test_the_runs_take_turns_first_repeat_by_repeat(lone, monkeypatch):
+    # every repeat ran batch then one-by-one, placement by placement, in one fixed order
+    ran: list[str] = []
+
+    def runs(name: str):
+        return lambda engine, requests: ran.append(name) or _run(lone, 7, 1.0)
+
+    monkeypatch.setattr(lone, "run_batch", runs("batch"))
+    monkeypatch.setattr(lone, "run_one_by_one", runs("one"))
+    lone.measure(_setup({"a": 7}), [], ["branch"], 2)
+    assert ran == ["batch", "one", "one", "batch"]

@@ -15,9 +15,9 @@ on the server) and ``gen`` (``--gen-tokens`` greedy tokens). Every run draws a f
 each computes the same tokens (context once, every candidate once) and nothing is cached from an
 earlier run. Modes are interleaved, their order rotated per repeat; reported per mode: median wall
 time, its spread (min-max), median CPU time (this process's for `LLM`, the server process's for the
-server: less disturbed than wall time on a shared machine), the ratio of each to ``batch``, the
-machine's load average, and whether every mode's greedy tokens equal the batch's (prompt logprobs
-within ``--atol``).
+server: less disturbed than wall time on a shared machine), the ratio of each to ``batch`` (of
+the medians, and repeat by repeat: its range and median), the machine's load average, and
+whether every mode's greedy tokens equal the batch's (prompt logprobs within ``--atol``).
 
     python benchmarks/per_candidate.py --json results/per_candidate.json
     python benchmarks/per_candidate.py --models qwen3_5-small --candidates 32 --doors llm
@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
@@ -68,6 +68,8 @@ class ModeFigures:
     wall_ratio: float  # median wall / batch's median wall
     cpu_ratio: float | None  # None: the batch's CPU read 0 (the server's is counted in 10 ms ticks)
     same_as_batch: bool  # greedy tokens equal, prompt logprobs within --atol, on every repeat
+    wall_runs_s: list[float]  # each repeat's, in order: repeat r of every mode ran side by side
+    cpu_runs_s: list[float]
 
 
 def fresh_prompts(rng: random.Random, shape: Shape) -> list[list[int]]:
@@ -190,9 +192,19 @@ def measure(
             wall_ratio=round(statistics.median(wall[m]) / base_w, 3),
             cpu_ratio=round(statistics.median(cpus[m]) / base_c, 3) if base_c > 0 else None,
             same_as_batch=same[m],
+            wall_runs_s=wall[m],
+            cpu_runs_s=cpus[m],
         )
         for m in modes
     }
+
+
+def print_paired(label: str, figures: dict[str, ModeFigures]) -> None:
+    """Each mode against the batch repeat by repeat (`paired_lines`): the spread of its ratios."""
+    for clock, key in (("wall time", "wall_runs_s"), ("CPU time", "cpu_runs_s")):
+        trials = {m: getattr(f, key) for m, f in figures.items()}
+        for line in paired_lines(f"{label}: {clock}", trials, "batch"):
+            print(line)
 
 
 def _agree(got: list[Answer], ref: list[Answer], atol: float) -> bool:
@@ -271,6 +283,7 @@ def main() -> None:
                     cpu_x = "-" if f.cpu_ratio is None else f"{f.cpu_ratio:.2f}"
                     print(f"{model:<18}{door:<8}{kind:<7}{mode:<12}{f.wall_s:>8.3f}{spread:>15}{f.cpu_s:>8.2f}"
                           f"{f.wall_ratio:>8.2f}{cpu_x:>7}  {f.same_as_batch}")  # fmt: skip
+                print_paired(f"{model} {door} {kind}", modes)
     load_after = load()
     print(f"load average before {load_before}, after {load_after}")
     if args.json is not None:

@@ -25,3 +25,15 @@ def test_a_batch_that_took_no_measurable_cpu_has_no_cpu_ratio(candidates):
     figures = candidates.measure(_calls(), shape, 2, lambda: 0.0, 1e-4, 0)
     assert figures["sequential"].cpu_ratio is None and figures["sequential"].wall_ratio is not None
     json.dumps({m: candidates.asdict(f) for m, f in figures.items()}, allow_nan=False)
+
+
+def test_each_mode_is_read_against_the_batch_trial_by_trial(candidates, capsys):
+    # only the ratio of medians was printed: no paired ratio, no spread to read it against
+    shape = candidates.Shape(2, 4, 2, 1, 50)
+    clock = iter(range(100))
+    figures = candidates.measure(_calls(), shape, 2, lambda: float(next(clock)), 1e-4, 0)
+    assert figures["sequential"].cpu_runs_s == [1.0, 1.0] and len(figures["sequential"].wall_runs_s) == 2
+    candidates.print_paired("m llm one", figures)
+    out = capsys.readouterr().out
+    assert "m llm one: CPU time against batch, trial by trial" in out
+    assert "sequential: +0.0% to +0.0%, median +0.0% over 2 trials; the range spans 0" in out

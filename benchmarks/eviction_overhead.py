@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.problems import ProblemError, flag
@@ -44,15 +44,16 @@ def label(variant: tuple[str, str]) -> str:
 
 
 def per_round(waiting: int, rounds: int, policy: str, cache_memory: str | None = None) -> dict[str, float]:
-    """Median CPU ms per round of every variant at one queue length, interleaved round by round;
+    """Median CPU ms per round of every variant at one queue length, interleaved round by round
+    (each first in turn);
     ``cache_memory``: one byte budget over KV and checkpoints (None: the two caps alone)."""
     options = OPTIONS if cache_memory is None else OPTIONS.replace(cache_memory=cache_memory)
     timed = {v: TimedEngine(policy, options.replace(eviction=v[0], admission=v[1])) for v in VARIANTS}
     streams = {v: requests(seed=waiting) for v in VARIANTS}
     for v in VARIANTS:
         _fill(timed[v], streams[v], waiting)
-    for _ in range(rounds):
-        for v in VARIANTS:
+    for r in range(rounds):
+        for v in rotated(VARIANTS, r):  # each first in turn: no order bias
             timed[v].engine.step()
             _top_up(timed[v].engine, streams[v], waiting)
     return {label(v): statistics.median(1e3 * x for x in timed[v].per_round) for v in VARIANTS}

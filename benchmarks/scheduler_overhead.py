@@ -31,7 +31,7 @@ from rich.table import Table
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
@@ -86,12 +86,13 @@ class TimedEngine:
 def per_round(waiting: int, rounds: int) -> dict[str, dict[str, float]]:
     """Scheduler CPU per round of every policy at one queue length, side by side in one process:
     each engine is filled and warmed up, then they take their measured rounds in turn (round r
-    of each before round r + 1 of any), so a slow spell of this shared machine hits all alike."""
+    of each before round r + 1 of any, each first in turn), so a slow spell of this shared
+    machine hits all alike."""
     timed = {policy: TimedEngine(policy) for policy in POLICIES}
     streams = {policy: requests(seed=waiting) for policy in POLICIES}
     warmups = {policy: _fill(timed[policy], streams[policy], waiting) for policy in POLICIES}
-    for _ in range(rounds):
-        for policy in POLICIES:
+    for r in range(rounds):
+        for policy in rotated(POLICIES, r):  # each first in turn: no order bias
             timed[policy].engine.step()
             _top_up(timed[policy].engine, streams[policy], waiting)
     out = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
@@ -59,3 +60,21 @@ def test_each_variant_is_read_against_lru_trial_by_trial(overhead, capsys):
     out = capsys.readouterr().out
     assert "waiting 200: CPU per round against lru/all, trial by trial" in out
     assert "cost-per-byte/all: +10.0% to +50.0%, median +30.0% over 2 trials" in out
+
+
+def test_the_variants_take_turns_first_round_by_round(overhead, monkeypatch):
+    # every round ran lru first, the others after it in one fixed order
+    ran: list[tuple[str, str]] = []
+
+    class FakeTimed:
+        def __init__(self, policy: str, options) -> None:
+            variant = (options.eviction, options.admission)
+            self.per_round = [0.001]
+            self.engine = SimpleNamespace(step=lambda: ran.append(variant))
+
+    monkeypatch.setattr(overhead, "TimedEngine", FakeTimed)
+    monkeypatch.setattr(overhead, "_fill", lambda timed, stream, waiting: None)
+    monkeypatch.setattr(overhead, "_top_up", lambda engine, stream, waiting: None)
+    overhead.per_round(8, 3, "adaptive")
+    n = len(overhead.VARIANTS)
+    assert [ran[r * n] for r in range(3)] == [overhead.VARIANTS[r % n] for r in range(3)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 from benchmark_utils import load_benchmark
@@ -69,3 +71,28 @@ def test_each_policy_is_read_against_radixflow_trial_by_trial(overhead, capsys):
     out = capsys.readouterr().out
     assert "waiting 200: CPU per round against radixflow, trial by trial" in out
     assert "native: +10.0% to +50.0%, median +30.0% over 2 trials" in out
+
+
+class FakeTimed:
+    """An engine whose rounds say who took them, in the order taken."""
+
+    ran: ClassVar[list[str]] = []
+
+    def __init__(self, policy: str, options: object = None) -> None:
+        self.name, self.per_round = policy, [0.001]
+        self.engine = SimpleNamespace(step=lambda: FakeTimed.ran.append(self.name))
+
+    def full(self) -> bool:
+        return True
+
+
+def test_the_policies_take_turns_first_round_by_round(overhead, monkeypatch):
+    # every round ran native, radixflow, adaptive in one fixed order: the first always met the
+    # caches the last one's round left
+    FakeTimed.ran = []
+    monkeypatch.setattr(overhead, "TimedEngine", FakeTimed)
+    monkeypatch.setattr(overhead, "_fill", lambda timed, stream, waiting: 0)
+    monkeypatch.setattr(overhead, "_top_up", lambda engine, stream, waiting: None)
+    overhead.per_round(8, 3)
+    n = len(overhead.POLICIES)
+    assert [FakeTimed.ran[r * n] for r in range(3)] == [overhead.POLICIES[r % n] for r in range(3)]

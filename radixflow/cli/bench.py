@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from radixflow.cli.args import (
 from radixflow.cli.bench_flags import warn_ineffective
 from radixflow.cli.bench_outputs import (
     TableConsole,
+    exit_code,
     finished,
     is_stdout,
     keep_finished,
@@ -130,7 +130,7 @@ def _publish(
         with contextlib.suppress(UsageError):
             _write_trace(setup)
         raise
-    code = _exit_code(runs)
+    code = exit_code(runs)
     _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
     return table_code(console, code)
 
@@ -278,31 +278,3 @@ def _run_name(policy: str, trials: Trials) -> str:
     """``policy``'s run under way, with its trial (from 1) where there are several: a log of a
     long run says which trial it is in, as the trace's processes and ``--round-trace`` do."""
     return policy if trials.repeats == 1 else f"{policy} #{trials.count(policy) + 1}"
-
-
-def _exit_code(runs: list[PolicyRun]) -> int:
-    """1 when some policy completed no request at all, in its trial that failed most (the reasons
-    are in the table's failed rows)."""
-    empty = [r for r in runs if r.result.completed == 0]
-    if not empty:
-        return 0
-    names = ", ".join(_empty_in(r) for r in empty)
-    first = empty[0].result
-    print(
-        f"radixflow: error: no request completed under {names} "
-        f"({first.failed} of {first.requests} failed; reasons in the table)",
-        file=sys.stderr,
-    )
-    return 1
-
-
-def _empty_in(run: PolicyRun) -> str:
-    """The policy, and how many of its trials completed nothing where others did (the table shows
-    the latencies of those)."""
-    trials = run.trial_runs()
-    empty = sum(t.result.completed == 0 for t in trials)
-    return (
-        run.result.policy
-        if empty == len(trials)
-        else f"{run.result.policy} in {empty} of its {len(trials)} trials"
-    )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.bench.harness import BenchReport
+from radixflow.bench.harness import BenchReport, PolicyRun
 from radixflow.cli.command import UsageError, write_stdout
 from radixflow.files import write_whole
 
@@ -187,3 +187,31 @@ def rounds_text(report: BenchReport) -> str:
 
 def where(path: Path) -> str:
     return "standard output" if is_stdout(path) else str(path)
+
+
+def exit_code(runs: list[PolicyRun]) -> int:
+    """1 when some policy completed no request at all, in its trial that failed most (the reasons
+    are in the table's failed rows)."""
+    empty = [r for r in runs if r.result.completed == 0]
+    if not empty:
+        return 0
+    names = ", ".join(_empty_in(r) for r in empty)
+    first = empty[0].result
+    print(
+        f"radixflow: error: no request completed under {names} "
+        f"({first.failed} of {first.requests} failed; reasons in the table)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _empty_in(run: PolicyRun) -> str:
+    """The policy, and how many of its trials completed nothing where others did (the table shows
+    the latencies of those)."""
+    trials = run.trial_runs()
+    empty = sum(t.result.completed == 0 for t in trials)
+    return (
+        run.result.policy
+        if empty == len(trials)
+        else f"{run.result.policy} in {empty} of its {len(trials)} trials"
+    )

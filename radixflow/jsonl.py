@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+STRAY_BOM = "a UTF-8 byte order mark starts this line; one may only start the file (files joined?)"
 # why a document nested past the parser's recursion is not read, in every reader's words
 TOO_DEEP = "nested too deeply"
 # the first bytes of the compressed files a JSONL input is most often saved as
@@ -92,6 +93,8 @@ def json_object(
     prefixes with where the line is (``fields``: what an object there holds, for the message).
     ``unique``: a key given twice is refused, where JSON silently keeps its last value;
     ``parse_float``: as ``json.loads`` takes it (a float's text, kept where no float holds it)."""
+    if line.startswith("\ufeff"):  # the file's own is dropped (`read_text`): json would say "use utf-8-sig"
+        raise ValueError(STRAY_BOM)
     try:
         row = json.loads(line, object_pairs_hook=_once if unique else None, parse_float=parse_float)
     except _KeyTwice as e:

@@ -66,3 +66,10 @@ def test_a_compressed_file_is_named_as_one(tmp_path, opener, kind):
     said = f"line 1: not UTF-8 text (a {kind}-compressed file: decompress it first)"
     with pytest.raises(ValueError, match=re.escape(said)):
         read_text(path)
+
+
+def test_a_byte_order_mark_starting_a_later_line_is_named_as_one():
+    # two files joined with cat: json's own message advised "decode using utf-8-sig"
+    with pytest.raises(ValueError, match="byte order mark starts this line") as caught:
+        json_object('\ufeff{"id": "a"}', "a request")
+    assert "utf-8-sig" not in str(caught.value)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from radixflow.jsonl import first_line_kind, json_object
+from radixflow.jsonl import STRAY_BOM, first_line_kind, json_object
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import MAX_ARRIVAL_S, MAX_WORKLOAD_REQUESTS, MAX_WORKLOAD_TOKENS
 from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
@@ -41,7 +41,6 @@ def trace_text(workload: Workload) -> str:
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 REQUIRED = ("id", "prompt")
-STRAY_BOM = "a UTF-8 byte order mark starts this line; one may only start the file (files joined?)"
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
 
 

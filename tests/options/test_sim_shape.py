@@ -404,6 +404,8 @@ def test_the_sim_on_a_zoo_shape_is_deterministic(tmp_path):
         runs.append(json.loads(out.read_text()))
     for run in runs:  # the machine's load average beside the run, not the run: it moves between them
         run.pop("load_1min")
+    # what produced each: the same but for its own --json path
+    assert runs[0].pop("run")["command"][:-1] == runs[1].pop("run")["command"][:-1]
     assert runs[0] == runs[1]
     native, flow, _ = runs[0]["results"]
     assert runs[0]["config"]["model"] == "qwen3_5-small"

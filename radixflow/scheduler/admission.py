@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Protocol
 
 from radixflow.plugins import Registry, from_outside
 from radixflow.problems import Problem, ProblemError, built, shown
+from radixflow.scheduler.placement import positions_problem
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,9 @@ class CheckedAdmission:
 
 def _unwanted(got: object, ctx: AdmissionContext) -> str | None:
     """Why ``got`` is no answer of `CheckpointAdmission.may_evict` for ``ctx`` (None: it is): the
-    integers a placement answers (`placement._outside`), 32.0 or True no position though equal to
-    one. Pure."""
-    if not isinstance(got, list | tuple):
-        return "not a list of positions"
-    for p in got:
-        if not isinstance(p, Integral) or isinstance(p, bool):  # numpy's integers are integers
-            return f"{shown(p)} is not an integer"
-        if p not in ctx.wanted:
-            return f"{shown(p)} is not one of the wanted {shown(ctx.wanted)}"
-    return None
+    integers a placement answers, each one of ``ctx.wanted``. Pure."""
+
+    def unwanted(p: int) -> str | None:
+        return None if p in ctx.wanted else f"{shown(p)} is not one of the wanted {shown(ctx.wanted)}"
+
+    return positions_problem(got, unwanted)

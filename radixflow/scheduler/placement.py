@@ -180,14 +180,25 @@ class CheckedPlacement:
 
 def _outside(got: object, ctx: PlacementContext) -> str | None:
     """Why ``got`` is no answer of `CheckpointPlacement.positions` for ``ctx`` (None: it is). Pure."""
+    bs = ctx.block_size
+
+    def misplaced(p: int) -> str | None:
+        if p % bs:
+            return f"{p} is not a block boundary ({bs} tokens a block)"
+        return None if ctx.start < p <= ctx.end else f"{p} is not in the chunk ({ctx.start}, {ctx.end}]"
+
+    return positions_problem(got, misplaced)
+
+
+def positions_problem(got: object, misplaced: Callable[[int], str | None]) -> str | None:
+    """Why ``got``, a plugin's answer, is no list of integer positions, or the first position
+    ``misplaced`` names (None: none); 32.0 or True is no position though equal to one. Pure."""
     if not isinstance(got, list | tuple):
         return "not a list of positions"
-    bs = ctx.block_size
     for p in got:
         if not isinstance(p, Integral) or isinstance(p, bool):  # numpy's integers are integers
             return f"{shown(p)} is not an integer"
-        if p % bs:
-            return f"{p} is not a block boundary ({bs} tokens a block)"
-        if not ctx.start < p <= ctx.end:
-            return f"{p} is not in the chunk ({ctx.start}, {ctx.end}]"
+        why = misplaced(p)
+        if why is not None:
+            return why
     return None

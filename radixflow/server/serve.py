@@ -72,17 +72,17 @@ class Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         """uvicorn's, with SIGHUP beside SIGINT and SIGTERM: uvicorn leaves it to the system, which
-        ended the process at once, every accepted request lost. A SIGHUP ignored when serving starts
-        (``nohup``'s) stays ignored; a handler set outside Python (`signal.getsignal` None) is left
+        ended the process at once, every accepted request lost. A SIGTERM or SIGHUP ignored when
+        serving starts (``trap '' TERM``, ``nohup``'s SIGHUP) stays ignored, as it did while the
+        model loaded (`SigtermAsCtrlC`); SIGINT is taken even then (a shell ignores it in its
+        background jobs, unasked). A handler set outside Python (`signal.getsignal` None) is left
         in place, as Python could not put it back. Once drained, the first signal that came is
         raised again under the handler the process had (the system's SIGHUP: exit 129): the exit
         is the first's."""
         if threading.current_thread() is not threading.main_thread():  # none can be set there
             yield
             return
-        taken = [sig for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not None]
-        if signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, None):
-            taken.append(signal.SIGHUP)
+        taken = [sig for sig in (*HANDLED_SIGNALS, signal.SIGHUP) if _takes(sig, signal.getsignal(sig))]
         before = {sig: signal.signal(sig, self.handle_exit) for sig in taken}
         try:
             yield
@@ -172,6 +172,14 @@ class Server(uvicorn.Server):
             "radixflow: warning: clients did not take their answers within %.0f s; closing", self.HURRY_S
         )
         self.force_exit = True
+
+
+def _takes(sig: int, handler: object) -> bool:
+    """Whether serving takes ``sig`` over from ``handler``, the one it finds (see
+    `Server.capture_signals`)."""
+    if handler is None:  # set outside Python: it could not be put back
+        return False
+    return handler is not signal.SIG_IGN or sig == signal.SIGINT
 
 
 def build_server(

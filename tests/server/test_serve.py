@@ -383,3 +383,15 @@ def test_the_exit_after_a_second_signal_is_the_first_signals(first):
         signal.raise_signal(second)
         assert got == []
     assert got == [first]
+
+
+def test_a_sigterm_ignored_when_serving_starts_stays_ignored():
+    """A parent that set SIGTERM to SIG_IGN (`trap '' TERM`) meant it: the command keeps it
+    ignored while the model loads (`SigtermAsCtrlC`), but serving took it over and drained on
+    it. It stays ignored while serving too, as nohup's SIGHUP does."""
+    server = bare_server()
+    with handler_for(signal.SIGTERM, signal.SIG_IGN):
+        with server.capture_signals():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGTERM)
+        assert not server.should_exit and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN

@@ -38,9 +38,10 @@ class Entry:
     first_token_at: float | None = None  # time.monotonic() when its first token came
 
 
-# The entry's request left the engine, answered as failed or not: count it; False when the loop
-# answered it already (`EngineLoop.abandon`), so nothing more goes to its sink.
-Release = Callable[[Entry, bool], bool]
+# The entry's request left the engine: count it, by the status of its error answer (None: it
+# has none, answered with its output or aborted); False when the loop answered it already
+# (`EngineLoop.abandon`), so nothing more goes to its sink.
+Release = Callable[[Entry, int | None], bool]
 
 
 class Dispatch:
@@ -87,7 +88,7 @@ class Dispatch:
             if entry is None:
                 continue  # already answered
             self._processor.abort(rid)  # nobody listens for its answer
-            self._release(entry, False)
+            self._release(entry, None)
         self.publish()
 
     def step(self) -> None:
@@ -111,7 +112,7 @@ class Dispatch:
 
     def _answer(self, entry: Entry, final: Final) -> None:
         # first: a client that has its answer finds its slot in the queue free
-        if self._release(entry, final.output is None):
+        if self._release(entry, None if final.output is not None else final.status):
             send(entry.sink, final)
 
     def _on_round(self, record: RoundRecord) -> None:

@@ -181,7 +181,7 @@ class EngineLoop:
             self._owed.clear()
             self._on_pending()
         for entry in owed:
-            self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, True)
+            self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, 503)
             send(entry.sink, Final(entry.index, None, 503, message))
         self._finished.set()
 
@@ -253,16 +253,16 @@ class EngineLoop:
     def _wait_s(self) -> float | None:
         return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
 
-    def _release(self, entry: Entry, failed: bool) -> bool:
-        """The entry's request left the engine (the processor forgot it there): count it, as
-        failed when it was answered with an error (not aborted, though the drain aborts it).
+    def _release(self, entry: Entry, error: int | None) -> bool:
+        """The entry's request left the engine (the processor forgot it there): count it, by the
+        status of its ``error`` answer where it got one (not aborted, though the drain aborts it).
         False: `abandon` answered it already."""
         with self._cond:
             if entry not in self._owed:
                 return False
             self._owed.discard(entry)
             self._on_pending()
-        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
+        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, error)
         return True
 
     def _on_pending(self) -> None:  # under _cond

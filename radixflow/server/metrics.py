@@ -23,6 +23,9 @@ _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 THROUGHPUT_WINDOW_S = 10.0
 REJECTIONS = ("queue_full", "not_accepting")  # why a request is refused before admission
+# the outcome of an engine request answered with a 4xx: the engine would not take it (an id in
+# use, a check the handler missed), the caller's mistake and no failure of the server's
+REFUSED = "refused"
 PREFIX = "radixflow_"
 
 
@@ -129,8 +132,8 @@ class ServerMetrics:
         self.requests = self._counter("requests", "requests answered, by outcome", ("outcome",))
         self.rejected = self._counter("requests_rejected", "requests refused before admission", ("reason",))
         # every series from the start: one born with its first event hides it from rate()
-        for status in (s for s in RequestStatus if s.done):
-            self.requests.labels(status.value)
+        for outcome in (*(s.value for s in RequestStatus if s.done), REFUSED):
+            self.requests.labels(outcome)
         for reason in REJECTIONS:
             self.rejected.labels(reason)
 
@@ -219,16 +222,15 @@ class ServerMetrics:
     def on_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
-    def on_done(self, request: Request, seconds: float, failed: bool = False) -> None:
+    def on_done(self, request: Request, seconds: float, error: int | None = None) -> None:
         """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time:
         its generated tokens count whatever the outcome; its prompt, reuse and latency only when
-        it finished. ``failed``: it was answered with an error whatever its status (the drain
-        aborted it in the engine); one the engine never ended (still waiting or running) failed
-        with the engine loop itself."""
-        outcome = request.status if request.status.done and not failed else RequestStatus.FAILED
-        self.requests.labels(outcome.value).inc()
+        it finished. ``error``: the status of the error it was answered with, whatever its own
+        (the drain aborted it in the engine): a 4xx is `REFUSED`, any other failed; one the
+        engine never ended (still waiting or running) failed with the engine loop itself."""
+        self.requests.labels(_outcome(request, error)).inc()
         self.generation_tokens.inc(len(request.output))  # generated, whatever became of them
-        if outcome is not RequestStatus.FINISHED:
+        if error is not None or request.status is not RequestStatus.FINISHED:
             return
         self.latency.observe(seconds)
         self.prompt_tokens.inc(len(request.prompt))
@@ -258,3 +260,12 @@ class ServerMetrics:
         self.update_throughput(time.monotonic())
         encode, content_type = choose_encoder(accept or "")
         return encode(self.registry), content_type
+
+
+def _outcome(request: Request, error: int | None) -> str:
+    """The outcome label of a request that left the engine (see `ServerMetrics.on_done`)."""
+    if error is not None and 400 <= error < 500:
+        return REFUSED
+    if error is not None or not request.status.done:
+        return RequestStatus.FAILED.value
+    return request.status.value

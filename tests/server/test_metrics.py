@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from radixflow.scheduler.request import RequestStatus
-from radixflow.server.metrics import REJECTIONS, ServerMetrics
+from radixflow.server.metrics import REFUSED, REJECTIONS, ServerMetrics
 
 
 def samples(metrics: ServerMetrics, name: str) -> dict[str, float]:
@@ -17,7 +17,7 @@ def test_every_outcome_and_refusal_is_a_series_at_zero_before_the_first_one():
     increase(), which need two samples: every outcome and refusal reason is exported from the
     start (Prometheus: avoid missing metrics)."""
     metrics = ServerMetrics()
-    done = [s.value for s in RequestStatus if s.done]
+    done = [*(s.value for s in RequestStatus if s.done), REFUSED]
     assert samples(metrics, "radixflow_requests_total") == dict.fromkeys(done, 0.0)
     assert samples(metrics, "radixflow_requests_rejected_total") == dict.fromkeys(REJECTIONS, 0.0)
     text = metrics.render()[0].decode()

@@ -38,6 +38,10 @@ _TYPES = {
     503: "service_unavailable_error",
 }
 
+# the code of a refusal by the server, whatever refused it (the queue, the drain, a failed engine,
+# one server or a fleet): a client that backs off and retries reads it, not the message
+STATUS_CODES = {429: "queue_full", 503: "service_unavailable"}
+
 
 # pydantic's type errors, said as the engine's own checks say them
 _SAID = {
@@ -71,7 +75,8 @@ SAMPLING_SHAPES = {"stop": STOP_SHAPE}
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
+        self.status, self.message, self.param = status, message, param
+        self.code = code if code is not None else STATUS_CODES.get(status)
 
     @classmethod
     def from_problem(cls, problem: Problem, item: str | None = None, status: int = 400) -> ApiError:
@@ -99,6 +104,7 @@ def error_body(
     status: int, message: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    code = code if code is not None else STATUS_CODES.get(status)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 

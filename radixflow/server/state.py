@@ -255,7 +255,7 @@ class ServerState:
             yield
         except QueueFull as e:
             self.metrics.on_rejected("queue_full")
-            raise ApiError(429, str(e), None, "queue_full") from None
+            raise ApiError(429, str(e)) from None  # its code, as every refusal's: `STATUS_CODES`
         except NotAccepting as e:
             self.metrics.on_rejected("not_accepting")
             raise ApiError(503, str(e)) from None

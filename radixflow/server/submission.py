@@ -131,11 +131,6 @@ async def _disconnect(http: HttpRequest) -> None:
         pass
 
 
-# the code one server's own refusal carries (`ServerState._refusals`): a fleet's, every replica's
-# refusal of a prompt, comes as that prompt's answer, and a client backing off on it reads the same
-STATUS_CODES = {429: "queue_full"}
-
-
 def failure(finals: list[Final], n: int = 1, item: str = "prompt") -> ApiError | None:
     """The first choice without an answer, as the error the whole response becomes."""
     bad = next((f for f in finals if f.output is None), None)
@@ -144,7 +139,9 @@ def failure(finals: list[Final], n: int = 1, item: str = "prompt") -> ApiError |
     if bad.refused_for is not None:  # refused for another prompt's sake: the answer names that one
         bad = next((f for f in finals if f.index == bad.refused_for), bad)
     said = where(bad.index, len(finals) // n, n, item) + (bad.error or "request failed")
-    return ApiError(bad.status, said, None, STATUS_CODES.get(bad.status))
+    # a refusal's code (`STATUS_CODES`) as one server's own: a fleet's, every replica's refusal of a
+    # prompt, comes as that prompt's answer, and a client backing off on it reads the same
+    return ApiError(bad.status, said)
 
 
 def where(index: int, prompts: int, n: int, item: str = "prompt") -> str:

@@ -1117,7 +1117,7 @@ def test_a_fleets_429_carries_the_code_one_servers_does():
     text = asyncio.run(_event_text(shape, refused, []))  # type: ignore[arg-type]
     assert '"code": "queue_full"' in text and "prompt 1: the queue is full" in text
     drained = failure([Final(0, None, 503, "shutting down")])
-    assert drained.code is None  # one server's 503 has none either
+    assert drained.code == "service_unavailable"  # as one server's 503 carries
 
 
 def test_a_request_refused_for_one_prompt_names_that_prompt_not_a_sibling_refused_with_it():

@@ -8,9 +8,11 @@ import pytest
 
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
 from radixflow.scheduler.samples import PromptLogprobs
+from radixflow.server.errors import ApiError, error_body
+from radixflow.server.events import Final, NotAccepting
 from radixflow.server.responses.envelope import usage
 from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames, chat_logprobs
-from radixflow.server.submission import where
+from radixflow.server.submission import failure, where
 
 PROMPT = [5, 6, 7, 8]
 TEXTS = ["The", " cat", "", " sat"]  # a token inside a character has no text of its own
@@ -134,3 +136,34 @@ def test_each_token_is_found_under_its_own_name_in_its_top_logprobs():
     assert [max(top, key=top.get) for top in tops[1:]] == tokens[1:] == ["", "é"]
     content = chat_logprobs(PIECES, 2, names)["content"]
     assert [c["top_logprobs"][0]["token"] == c["token"] for c in content] == [True, False, True]
+
+
+class _Closed:
+    """An engine loop shutting down: every admission is refused (`ServerState.admitting` asks it)."""
+
+    def check_open(self, adding: int = 1, reading: int = 0) -> None:
+        raise NotAccepting("the server is shutting down")
+
+
+def test_every_refusal_of_the_server_carries_a_code_as_the_429_does():
+    """A 429 said `"code": "queue_full"`, but both 503s (draining or a failed engine refusing a
+    request, and an accepted one cut by the drain's end) said `"code": null`: a client backing
+    off on the code read nothing. Each says `service_unavailable` now, a stream's error event too."""
+    from types import SimpleNamespace
+
+    from radixflow.server.state import Backend, ServerConfig, ServerState
+
+    backend = Backend(
+        "m", None, SimpleNamespace(max_context=64), lambda r: None, lambda n: n, lambda m: _Closed()
+    )  # type: ignore[arg-type]
+    state = ServerState(backend, ServerConfig(tokenizer_threads=1, long_text_threads=1))
+    try:
+        with pytest.raises(ApiError) as refused, state.admitting(1):
+            pass
+    finally:
+        state.close()
+    cut = failure([Final(0, None, 503, "the server shut down before this request finished")])
+    streamed = error_body(503, "the server shut down before this request finished")
+    codes = [refused.value.body()["error"]["code"], cut.body()["error"]["code"], streamed["error"]["code"]]
+    assert codes == ["service_unavailable"] * 3
+    assert failure([Final(0, None, 429, "full")]).body()["error"]["code"] == "queue_full"

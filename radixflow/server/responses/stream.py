@@ -13,7 +13,7 @@ from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
 from radixflow.server.events import Delta, Event, Final
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.submission import STATUS_CODES, Submission, sse, where
+from radixflow.server.submission import Submission, sse, where
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ async def _event_text(
             return choice.text
         return None if choice is None else _chunk(shape, choice)
     if event.output is None:
-        return sse(error_body(event.status, _failed(event, shape), None, STATUS_CODES.get(event.status)))
+        return sse(error_body(event.status, _failed(event, shape)))  # a refusal's code is filled in
     outputs.append((event.index, event.output))
     return _chunk(shape, shape.final(event))
 

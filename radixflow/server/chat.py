@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.chat import ChatTemplateError
@@ -24,7 +24,7 @@ from radixflow.server.responses.chat_chunk import ChatChunks
 from radixflow.server.responses.chat_completion import chat_completion, encoded_chat_completion
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames
-from radixflow.server.responses.stream import sse_stream
+from radixflow.server.responses.stream import EventStream, sse_stream
 from radixflow.server.state import ServerState
 from radixflow.server.submission import answers, id_headers, response_id, while_connected
 
@@ -87,7 +87,7 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     headers = id_headers(envelope.id)
     if body.streamed:
         chunks = sse_stream(submission, ChatChunks(envelope, names, k, params.n), body.include_usage)
-        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+        return EventStream(submission, chunks, headers)
     finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import APIRouter
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.params import SamplingParams
@@ -20,7 +20,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope
-from radixflow.server.responses.stream import sse_stream
+from radixflow.server.responses.stream import EventStream, sse_stream
 from radixflow.server.responses.text_completion import TextCompletion
 from radixflow.server.state import ServerState
 from radixflow.server.submission import answers, id_headers, response_id, while_connected
@@ -82,8 +82,7 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     shape = TextCompletion(body, prepared.prompts, state.tokenizer, envelope, state.offload)
     headers = id_headers(envelope.id)
     if body.streamed:
-        events = sse_stream(submission, shape, body.include_usage)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return EventStream(submission, sse_stream(submission, shape, body.include_usage), headers)
     finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone

@@ -4,6 +4,8 @@ pass their integrity checks. Every wait is on a condition, with a generous deadl
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import signal
@@ -183,6 +185,52 @@ def test_a_client_that_leaves_while_its_request_is_queued_is_aborted_before_it_r
     assert counted(served, before, choices) == {"finished": 0, "aborted": choices, "failed": 0}
     assert_nothing_held(served)
     assert sample(served, "radixflow_generation_tokens_total") == tokens  # none ever ran
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_stream_whose_client_left_before_it_started_is_aborted(served, path):
+    """Under an ASGI server of spec 2.4 (a send to a client gone raises OSError; uvicorn's is 2.3),
+    a client that left after its prompt was tokenized failed its stream's first send: the
+    stream's generator never started, so the abort in its `finally` never ran and the request
+    generated all its tokens for nobody. The app is called as such a server calls it."""
+    body = json.dumps(long_body(True) if "chat" not in path else chat_body(True)).encode()
+    before = outcomes(served)
+    loop = served.server._aio
+    assert loop is not None
+    asyncio.run_coroutine_threadsafe(_gone_at_first_send(served, path, body), loop).result(DEADLINE_S)
+    assert counted(served, before, 1) == {"finished": 0, "aborted": 1, "failed": 0}
+    assert_nothing_held(served)
+
+
+async def _gone_at_first_send(running: RunningServer, path: str, body: bytes) -> None:
+    """``body`` posted to the app as an ASGI 2.4 server posts it, its client gone at the first send."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # no disconnect is told: the send finds it
+        return {}
+
+    async def send(message: dict) -> None:
+        raise OSError("the client is gone")  # as uvicorn's ClientDisconnected under spec 2.4
+
+    with contextlib.suppress(Exception):
+        await running.server.config.app(scope, receive, send)
 
 
 def test_a_stream_cut_mid_decode_is_aborted_and_counted_once(served):

@@ -9,11 +9,30 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
 from radixflow.server.events import Delta, Event, Final
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.submission import Submission, sse, where
+
+
+class EventStream(StreamingResponse):
+    """A submission's server-sent events, its unanswered requests aborted once the response is
+    over however it ended: a send that fails at once (an ASGI 2.4 server's, the client gone)
+    leaves the events' generator unstarted, and its own ``finally`` never runs."""
+
+    def __init__(self, submission: Submission, events: AsyncIterator[str], headers: dict[str, str]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=headers)
+        self.submission = submission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.submission.abort()  # nothing, where every prompt has its answer
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ however it was started (one started with SIGINT ignored, as a background job, us
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -87,8 +88,14 @@ def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, s
     args += ["--drain-timeout", "120", "--log-level", "warning"]  # only the second Ctrl-C can end it
     env = checkout_env()
     with sigint_inherited(request.param):
+        # a SIGTERM ignored where pytest runs would be kept ignored by the server (as it should)
+        default_term = functools.partial(signal.signal, signal.SIGTERM, signal.SIG_DFL)
         proc = subprocess.Popen(
-            [sys.executable, "-c", SLOW_ROUNDS, *args], stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", SLOW_ROUNDS, *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=default_term,
         )
     try:
         banner = announced(proc, 90)[-1]

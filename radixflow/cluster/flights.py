@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from radixflow.cluster.wire import Job
 from radixflow.scheduler.request import Request
 from radixflow.server.events import Final, Sink
 
@@ -39,8 +40,10 @@ class Flight:
     sink: Sink
     arrival: float
     submitted: Submitted = field(default_factory=Submitted)
+    job: Job | None = None  # what its replicas are sent (the router reads its prompt)
     answered: bool = False
     sent: bool = False  # an event of it reached the client (a streamed token)
+    ran: bool = False  # a replica sent a token of it, or its answer (not a refusal)
     aborted: bool = False  # its client went away: nobody to answer
     task: asyncio.Task | None = field(default=None, repr=False)
 

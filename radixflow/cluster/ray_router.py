@@ -41,10 +41,10 @@ class FleetRequestRouter(RequestRouter):
         self._router = make_router(router, RouterConfig(seed=seed))
         self._figures = published(figures)
         self._routes = None if self._figures is None else self._figures.routes  # shared with the ingress
-        # the ingress's refusals come on its own thread: the router's memory is touched under this
+        # the ingress's retractions come on its own thread: the router's memory is touched under this
         self._lock = threading.Lock()
         if self._routes is not None:
-            self._routes.watch_refusals(self._refused)
+            self._routes.watch_retractions(self._retracted)
         self._known: set[str] = set()  # the replicas of the last update (their ids)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -110,10 +110,11 @@ class FleetRequestRouter(RequestRouter):
             if self._routes is not None:
                 self._routes.routed(job.id, replica_id.unique_id)
 
-    def _refused(self, job: Any, replica: str) -> None:
+    def _retracted(self, job: Any, replica: str) -> None:
         """The ingress's word (on its thread) that ``replica``, which Serve reported took ``job``,
-        refused it (a 429 or 503 before it ran): the prefix recorded there goes, so the job's
-        siblings do not follow it to a replica that never cached it."""
+        never ran it (it refused it, a 429 or 503, or the job ended before its first token came,
+        its client gone): the prefix recorded there goes, so the job's siblings do not follow it to
+        a replica that never cached it."""
         with self._lock:
             self._router.retract(RouteRequest(job.namespace, tuple(job.prompt)), replica)
 

@@ -101,10 +101,10 @@ class RemoteLoop:
         self._idle.clear()
         now, submitted = time.monotonic(), Submitted()
         for index, (req, _) in enumerate(items):
-            flight = Flight(req, index, sink, now, submitted)
+            job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
+            flight = Flight(req, index, sink, now, submitted, job)
             self._flights[req.id] = flight
             submitted.flights.append(flight)
-            job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight.task = self._aio.create_task(self._run(job, flight))
             # not a `finally` in `_run`: a task cancelled before its first step (an abort, or the
             # drain's 503s, run before it) never runs its coroutine, and the prompt stayed queued
@@ -206,7 +206,7 @@ class RemoteLoop:
             if not relayed.first_token and isinstance(event, Delta) and event.delta.token_ids:
                 self.metrics.on_first_token(time.monotonic() - flight.arrival)
                 relayed.first_token = True
-            relayed.sent = flight.sent = True
+            relayed.sent = flight.sent = flight.ran = True
             flight.sink(event)
         raise RuntimeError("the replica closed the stream without an answer")
 
@@ -220,6 +220,7 @@ class RemoteLoop:
                 raise NotTaken(final, wire.replica)
             self._reject(flight, final, REFUSALS[final.status])
             return
+        flight.ran = True
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)
@@ -282,8 +283,8 @@ class RemoteLoop:
             flight.request.status = RequestStatus.ABORTED
             self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)
         self._flights.pop(flight.request.id, None)
-        if self._fleet is not None:  # routed no more: the router's note of where it went goes
-            self._fleet.routes.ended(flight.request.id)
+        if self._fleet is not None:  # routed no more; where it never ran, the router forgets it
+            self._fleet.routes.ended(flight.request.id, None if flight.ran else flight.job)
         self.metrics.on_pending(len(self._flights))
         if not self._flights:
             self._idle.set()

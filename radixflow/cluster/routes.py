@@ -7,7 +7,10 @@ sent to when it comes again (`tried`): the ingress retries a job whose replica f
 sent anything, and Serve may still list that replica (an actor unavailable, or dead before Serve
 has heard), which affinity would pick again (the router had just recorded the prefix there). The
 ingress says when a replica refused a job (`refused`: a 429 or 503 before it ran), so the router
-takes back the prefix it recorded there, and drops a job's entry when its flight ends (`ended`).
+takes back the prefix it recorded there, and drops a job's entry when its flight ends (`ended`),
+taking back its prefix wherever it went when no replica sent anything of it: its client left, or
+the ingress answered it (a sibling's refusal, the drain, the fleet down), and each replica it was
+sent to aborted it before its first token, so none holds its prompt for its siblings to follow.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class Routes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sent: dict[str, frozenset[str]] = {}  # job id -> the replicas it was sent to
-        self._refusal_watchers: list[Callable[[Job, str], None]] = []
+        self._retract_watchers: list[Callable[[Job, str], None]] = []
 
     def routed(self, job_id: str, replica: str) -> None:
         """Serve sent job ``job_id`` to ``replica`` (mutates self)."""
@@ -44,20 +47,35 @@ class Routes:
         with self._lock:
             return self._sent.get(job_id, frozenset())
 
-    def watch_refusals(self, watcher: Callable[[Job, str], None]) -> None:
-        """Call ``watcher`` with each job and the replica it was sent to that refused it."""
-        self._refusal_watchers.append(watcher)
+    def watch_retractions(self, watcher: Callable[[Job, str], None]) -> None:
+        """Call ``watcher`` with each job and a replica it was sent to that never ran it."""
+        self._retract_watchers.append(watcher)
 
     def refused(self, job: Job, replica: str) -> None:
-        """``replica`` refused ``job`` before it ran: tell the watchers, if it was sent there."""
-        if replica in self.tried(job.id):  # else recorded nowhere (Serve reports no sends: Ray Client)
-            for watcher in list(self._refusal_watchers):
-                watcher(job, replica)
-
-    def ended(self, job_id: str) -> None:
-        """Job ``job_id``'s flight is over: it is routed no more (mutates self)."""
+        """``replica`` refused ``job`` before it ran: tell the watchers, if it was sent there
+        (mutates self: a later `ended` does not take it back twice)."""
         with self._lock:
-            self._sent.pop(job_id, None)
+            sent = self._sent.get(job.id, frozenset())
+            if replica in sent:
+                self._sent[job.id] = sent - {replica}
+        if replica in sent:  # else recorded nowhere (Serve reports no sends: Ray Client)
+            self._retracted(job, replica)
+
+    def ended(self, job_id: str, never_ran: Job | None = None) -> None:
+        """Job ``job_id``'s flight is over: it is routed no more (mutates self). ``never_ran``: the
+        job, when no replica sent anything of it: each it was sent to aborted it before its first
+        token (a streamed prompt's; a plain one's answer is its first word), so the watchers
+        take it back there. What such a replica computed of it (a prefill cut short) shows in its
+        reported checkpoints, which `checkpoint` reads."""
+        with self._lock:
+            sent = self._sent.pop(job_id, frozenset())
+        if never_ran is not None:
+            for replica in sorted(sent):
+                self._retracted(never_ran, replica)
+
+    def _retracted(self, job: Job, replica: str) -> None:
+        for watcher in list(self._retract_watchers):
+            watcher(job, replica)
 
     def __len__(self) -> int:
         with self._lock:

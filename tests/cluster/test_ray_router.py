@@ -19,10 +19,10 @@ from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.wire import Job, WireEvent
 from radixflow.fleet import RouteRequest
 from radixflow.fleet.routers import prompt_chain
-from radixflow.generation.outputs import GenerationOutput
+from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.params import SamplingParams
 from radixflow.scheduler.request import Request
-from radixflow.server.events import Final
+from radixflow.server.events import Delta, Final
 from radixflow.server.metrics import ServerMetrics
 
 ReplicaID = namedtuple("ReplicaID", "unique_id")  # what a request router reads of Serve's
@@ -155,3 +155,89 @@ def test_a_job_every_replica_refused_is_remembered_nowhere(name):
     assert serve_one(loop, CONTEXT).status == 503  # the last refusal is the answer
     chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
     assert router._router.memory.depths(chain, 16) == {}
+
+
+def taking(router: FleetRequestRouter, replicas: list, script: list):
+    """An ``open_stream`` as Serve's handle: the router ranks, Serve reports the job went to its
+    first rank, and that replica plays ``script`` (events; "hang": it runs on, sending nothing)."""
+
+    def open_stream(sent: Job):
+        async def answer():
+            [[took, *_], *_] = await router.choose_replicas(replicas, SimpleNamespace(args=[sent]))
+            router.on_request_routed(SimpleNamespace(args=[sent]), took.replica_id, None)
+            for step in script:
+                if step == "hang":
+                    await asyncio.sleep(3600)
+                yield step
+
+        return answer()
+
+    return open_stream
+
+
+def left_by_its_client(loop: RemoteLoop, stream: bool) -> None:
+    """Submit job "j" (CONTEXT) and abort it once its replica took it."""
+
+    async def main() -> None:
+        loop.submit([(Request("j", CONTEXT), None)], lambda _: None, stream)  # type: ignore[list-item]
+        await asyncio.sleep(0.05)
+        loop.abort(["j"])
+        await asyncio.to_thread(loop.join, 5)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_job_its_client_left_before_its_replica_sent_anything_is_remembered_nowhere(name, stream):
+    # its replica aborted it (queued, or in its prefill): the router still sent its siblings there,
+    # for a prefix that replica never held
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b", queue=1)]
+    loop = RemoteLoop(taking(router, replicas, ["hang"]), None, ServerMetrics(), 8, fleet=figures)
+    left_by_its_client(loop, stream)
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {}
+
+
+def test_a_job_its_client_left_mid_stream_is_still_remembered_where_it_ran():
+    # its first token came: its prompt is cached there, its siblings should follow it
+    figures = FleetFigures()
+    router = fleet_router("prefix", figures)
+    replicas = [running("a"), running("b", queue=1)]
+    token = WireEvent(Delta(0, StreamDelta((9,), "x")), None, "a")
+    loop = RemoteLoop(taking(router, replicas, [token, "hang"]), None, ServerMetrics(), 8, fleet=figures)
+    left_by_its_client(loop, True)
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {"a": 48}  # its whole blocks but the last
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_a_sibling_cancelled_by_its_requests_refusal_is_remembered_nowhere(name):
+    # prompt "s" was taken by a and ran on, sending nothing; prompt "j" was refused by every
+    # replica, so the request was refused whole and "s" cancelled: its prefix stayed noted at a
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b", queue=1)]
+    sibling = tuple(range(300, 364))
+    refusals = {r: WireEvent(Final(0, None, 429, "queued"), None, r) for r in "ab"}
+
+    def open_stream(sent: Job):
+        if sent.id == "s":
+            return taking(router, replicas, ["hang"])(sent)
+        return refusing(router, replicas, refusals)(sent)
+
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)
+    finals: list[Final] = []
+
+    async def main() -> None:
+        items = [(Request("s", sibling), None), (Request("j", CONTEXT), None)]
+        loop.submit(items, lambda e: finals.append(e) if isinstance(e, Final) else None, False)  # type: ignore[arg-type]
+        await asyncio.to_thread(loop.join, 5)
+
+    asyncio.run(main())
+    assert sorted(f.status for f in finals) == [429, 429]
+    for prompt in (sibling, CONTEXT):
+        chain = prompt_chain(RouteRequest("default", prompt + (7, 8)), 16)
+        assert router._router.memory.depths(chain, 16) == {}

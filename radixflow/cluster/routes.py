@@ -32,20 +32,22 @@ class Routes:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sent: dict[str, frozenset[str]] = {}  # job id -> the replicas it was sent to
+        # job id -> the replicas it was sent to, once per send (a retry may find only the one it
+        # failed on: the router recorded it there twice, and takes back each)
+        self._sent: dict[str, tuple[str, ...]] = {}
         self._retract_watchers: list[Callable[[Job, str], None]] = []
 
     def routed(self, job_id: str, replica: str) -> None:
         """Serve sent job ``job_id`` to ``replica`` (mutates self)."""
         with self._lock:
-            self._sent[job_id] = self._sent.pop(job_id, frozenset()) | {replica}
+            self._sent[job_id] = (*self._sent.pop(job_id, ()), replica)
             if len(self._sent) > MAX_JOBS:
                 del self._sent[next(iter(self._sent))]  # the longest unheard of
 
     def tried(self, job_id: str) -> frozenset[str]:
         """The replicas job ``job_id`` was sent to so far (none: its first routing)."""
         with self._lock:
-            return self._sent.get(job_id, frozenset())
+            return frozenset(self._sent.get(job_id, ()))
 
     def watch_retractions(self, watcher: Callable[[Job, str], None]) -> None:
         """Call ``watcher`` with each job and a replica it was sent to that never ran it."""
@@ -55,9 +57,10 @@ class Routes:
         """``replica`` refused ``job`` before it ran: tell the watchers, if it was sent there
         (mutates self: a later `ended` does not take it back twice)."""
         with self._lock:
-            sent = self._sent.get(job.id, frozenset())
-            if replica in sent:
-                self._sent[job.id] = sent - {replica}
+            sent = self._sent.get(job.id, ())
+            if replica in sent:  # one send fewer there
+                i = sent.index(replica)
+                self._sent[job.id] = sent[:i] + sent[i + 1 :]
         if replica in sent:  # else recorded nowhere (Serve reports no sends: Ray Client)
             self._retracted(job, replica)
 
@@ -68,9 +71,9 @@ class Routes:
         take it back there. What such a replica computed of it (a prefill cut short) shows in its
         reported checkpoints, which `checkpoint` reads."""
         with self._lock:
-            sent = self._sent.pop(job_id, frozenset())
+            sent = self._sent.pop(job_id, ())
         if never_ran is not None:
-            for replica in sorted(sent):
+            for replica in sent:
                 self._retracted(never_ran, replica)
 
     def _retracted(self, job: Job, replica: str) -> None:

@@ -16,6 +16,7 @@ pytest.importorskip("prometheus_client")
 from radixflow.cluster.fleet_metrics import FleetFigures, publish
 from radixflow.cluster.ray_router import FleetRequestRouter
 from radixflow.cluster.remote_loop import RemoteLoop
+from radixflow.cluster.routes import Routes
 from radixflow.cluster.wire import Job, WireEvent
 from radixflow.fleet import RouteRequest
 from radixflow.fleet.routers import prompt_chain
@@ -241,3 +242,19 @@ def test_a_sibling_cancelled_by_its_requests_refusal_is_remembered_nowhere(name)
     for prompt in (sibling, CONTEXT):
         chain = prompt_chain(RouteRequest("default", prompt + (7, 8)), 16)
         assert router._router.memory.depths(chain, 16) == {}
+
+
+def test_a_job_sent_twice_to_one_replica_is_taken_back_there_twice():
+    # a retry finds only the replica it failed on (the fleet's one live replica): the router
+    # recorded the job there twice, and took back one record of the two at the job's end
+    routes = Routes()
+    retracted: list[str] = []
+    routes.watch_retractions(lambda _, replica: retracted.append(replica))
+    routes.routed("j", "a")
+    routes.routed("j", "a")
+    routes.refused(job("j"), "a")  # the retry refused there (its first attempt still runs)
+    assert retracted == ["a"] and routes.tried("j") == {"a"}
+    routes.ended("j", job("j"))  # its client left: neither attempt ran
+    assert retracted == ["a", "a"] and len(routes) == 0
+    routes.refused(job("j"), "a")  # heard after its end: recorded nowhere now
+    assert retracted == ["a", "a"]

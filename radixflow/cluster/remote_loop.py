@@ -220,7 +220,9 @@ class RemoteLoop:
                 raise NotTaken(final, wire.replica)
             self._reject(flight, final, REFUSALS[final.status])
             return
-        flight.ran = True
+        # an error answer left nothing there: refused by its checks, or failed with its round (what
+        # that round computed is withdrawn)
+        flight.ran = flight.ran or final.output is not None
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)

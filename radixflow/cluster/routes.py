@@ -8,7 +8,7 @@ sent anything, and Serve may still list that replica (an actor unavailable, or d
 has heard), which affinity would pick again (the router had just recorded the prefix there). The
 ingress says when a replica refused a job (`refused`: a 429 or 503 before it ran), so the router
 takes back the prefix it recorded there, and drops a job's entry when its flight ends (`ended`),
-taking back its prefix wherever it went when no replica sent anything of it: its client left, or
+taking back its prefix wherever it went when no replica sent a token or output of it: its client left, or
 the ingress answered it (a sibling's refusal, the drain, the fleet down), and each replica it was
 sent to aborted it before its first token, so none holds its prompt for its siblings to follow.
 """
@@ -66,10 +66,10 @@ class Routes:
 
     def ended(self, job_id: str, never_ran: Job | None = None) -> None:
         """Job ``job_id``'s flight is over: it is routed no more (mutates self). ``never_ran``: the
-        job, when no replica sent anything of it: each it was sent to aborted it before its first
-        token (a streamed prompt's; a plain one's answer is its first word), so the watchers
-        take it back there. What such a replica computed of it (a prefill cut short) shows in its
-        reported checkpoints, which `checkpoint` reads."""
+        job, when no replica sent a token of it or its output: each it was sent to aborted it before
+        its first token (a streamed prompt's; a plain one's answer is its first word) or answered
+        it with an error, so the watchers take it back there. What such a replica computed of it
+        (a prefill cut short) shows in its reported checkpoints, which `checkpoint` reads."""
         with self._lock:
             sent = self._sent.pop(job_id, ())
         if never_ran is not None:

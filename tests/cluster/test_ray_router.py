@@ -258,3 +258,17 @@ def test_a_job_sent_twice_to_one_replica_is_taken_back_there_twice():
     assert retracted == ["a", "a"] and len(routes) == 0
     routes.refused(job("j"), "a")  # heard after its end: recorded nowhere now
     assert retracted == ["a", "a"]
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_job_its_replica_answered_with_an_error_is_remembered_nowhere(status):
+    # refused by the engine's own checks (400), or failed with its round (500: what the round
+    # computed is withdrawn): that replica holds none of its prompt
+    figures = FleetFigures()
+    router = fleet_router("prefix", figures)
+    replicas = [running("a"), running("b", queue=1)]
+    error = WireEvent(Final(0, None, status, "no"), None, "a")
+    loop = RemoteLoop(taking(router, replicas, [error]), None, ServerMetrics(), 8, fleet=figures)
+    assert serve_one(loop, CONTEXT).status == status
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {}

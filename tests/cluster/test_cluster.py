@@ -783,12 +783,13 @@ def test_a_replica_that_fails_to_start_is_one_line_naming_its_error(monkeypatch)
     )
 
 
-@pytest.mark.parametrize(
-    "address, stopped", [(None, ["shutdown"]), ("ray://head:10001", ["delete radixflow"])]
-)
-def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeypatch, address, stopped):
+@pytest.mark.parametrize("address", [None, "ray://head:10001"])
+def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeypatch, address):
     # serve.shutdown() deletes every application on the cluster: `serve --ray-address` took the
-    # cluster's other Serve applications down with it when it stopped
+    # cluster's other Serve applications down with it when it stopped. On a local instance, which
+    # ray.shutdown() ends anyway, its controller's own shutdown printed Ray's noise on every stop
+    # ("Task ServeController.graceful_shutdown failed ... killed by `ray.kill`", and on a busy
+    # machine "Controller failed to shut down within 30.0s")
     serve = pytest.importorskip("ray.serve")
     import ray
 
@@ -804,7 +805,35 @@ def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeyp
     monkeypatch.setattr(launch, "unreachable", lambda address: None)  # "head" is no host here
     with launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
         pass
-    assert calls == ["init", "start", *stopped, "ray.shutdown"]
+    assert calls == ["init", "start", "delete radixflow", "ray.shutdown"]
+
+
+@pytest.mark.parametrize("address", [None, "ray://head:10001"])
+def test_replicas_slow_to_stop_are_one_line_not_a_traceback_past_the_drain(monkeypatch, caplog, address):
+    # Serve waits 60 s for the application to go, then raises: a replica stuck in a round drains
+    # for --drain-timeout + 5 s
+    serve = pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    calls: list[str] = []
+
+    def slow(name: str, **_) -> None:
+        raise TimeoutError(f"Some of these applications weren't deleted after 60s: [{name!r}]")
+
+    monkeypatch.setattr(ray, "init", lambda **_: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("ray.shutdown"))
+    monkeypatch.setattr(serve, "start", lambda **_: None)
+    monkeypatch.setattr(serve, "delete", slow)
+    monkeypatch.setattr(serve, "status", lambda: SimpleNamespace(applications={}))
+    monkeypatch.setattr(launch, "unreachable", lambda address: None)
+    stopping = launch.ray_serve(launch.FleetSpec(2, "pow2", address))
+    with caplog.at_level("WARNING", "radixflow.cluster"), stopping:
+        pass
+    assert calls == ["ray.shutdown"]
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("radixflow: warning: ") and "weren't deleted after 60s" in said
 
 
 def test_a_fleet_ray_address_nothing_listens_at_is_refused_at_once(monkeypatch):
@@ -1013,7 +1042,7 @@ def test_a_local_fleet_starts_its_own_ray_whatever_cluster_the_machine_knows(mon
     monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.setattr(serve, "start", lambda **_: None)
-    monkeypatch.setattr(serve, "shutdown", lambda: None)
+    monkeypatch.setattr(serve, "delete", lambda name, **_: None)
     with launch.ray_serve(launch.FleetSpec(2, "pow2")):
         pass
     # what ray.init does with its address: RAY_ADDRESS replaces None (or "auto"), then a cluster

@@ -104,11 +104,11 @@ class FleetRequestRouter(RequestRouter):
         by default outside Ray Client): the router remembers that replica, not its first rank."""
         super().on_request_routed(pending_request, replica_id, result)
         job = _job(pending_request)
-        if job is not None:
-            with self._lock:
+        if job is None:
+            return
+        with self._lock:  # a flight ending meanwhile retracts under it: after this record
+            if self._routes is None or self._routes.routed(job.id, replica_id.unique_id):
                 self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
-            if self._routes is not None:
-                self._routes.routed(job.id, replica_id.unique_id)
 
     def _retracted(self, job: Any, replica: str) -> None:
         """The ingress's word (on its thread) that ``replica``, which Serve reported took ``job``,

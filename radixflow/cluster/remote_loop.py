@@ -103,6 +103,8 @@ class RemoteLoop:
         for index, (req, _) in enumerate(items):
             job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight = Flight(req, index, sink, now, submitted, job)
+            if self._fleet is not None:
+                self._fleet.routes.begun(req.id)
             self._flights[req.id] = flight
             submitted.flights.append(flight)
             flight.task = self._aio.create_task(self._run(job, flight))

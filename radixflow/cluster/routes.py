@@ -16,14 +16,15 @@ sent to aborted it before its first token, so none holds its prompt for its sibl
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from radixflow.cluster.wire import Job
 
-# a safety net, not a limit that matters: entries leave as their flights end, and a job cancelled
-# while Serve was still routing it may be noted after its end
+# a safety net, not a limit that matters: entries leave as their flights end (and the marks of
+# jobs ended unrun are wanted for moments: Serve's report of a send racing the client's leaving)
 MAX_JOBS = 1 << 16
 
 
@@ -35,14 +36,28 @@ class Routes:
         # job id -> the replicas it was sent to, once per send (a retry may find only the one it
         # failed on: the router recorded it there twice, and takes back each)
         self._sent: dict[str, tuple[str, ...]] = {}
+        # the jobs whose flights ended unrun: a send Serve reports after that is not recorded
+        self._unrun: OrderedDict[str, None] = OrderedDict()
         self._retract_watchers: list[Callable[[Job, str], None]] = []
 
-    def routed(self, job_id: str, replica: str) -> None:
-        """Serve sent job ``job_id`` to ``replica`` (mutates self)."""
+    def begun(self, job_id: str) -> None:
+        """The ingress starts job ``job_id`` (mutates self): an earlier job's id, reused, is
+        routed as any other."""
         with self._lock:
+            self._unrun.pop(job_id, None)
+
+    def routed(self, job_id: str, replica: str) -> bool:
+        """Serve sent job ``job_id`` to ``replica`` (mutates self); False when its flight had
+        ended unrun (its client left while Serve was routing it): the replica aborts it, and the
+        router records nothing. Called under the router's lock, so a flight ending meanwhile takes
+        back what was recorded."""
+        with self._lock:
+            if job_id in self._unrun:
+                return False
             self._sent[job_id] = (*self._sent.pop(job_id, ()), replica)
             if len(self._sent) > MAX_JOBS:
                 del self._sent[next(iter(self._sent))]  # the longest unheard of
+            return True
 
     def tried(self, job_id: str) -> frozenset[str]:
         """The replicas job ``job_id`` was sent to so far (none: its first routing)."""
@@ -72,6 +87,10 @@ class Routes:
         (a prefill cut short) shows in its reported checkpoints, which `checkpoint` reads."""
         with self._lock:
             sent = self._sent.pop(job_id, ())
+            if never_ran is not None:
+                self._unrun[job_id] = None
+                if len(self._unrun) > MAX_JOBS:
+                    self._unrun.popitem(last=False)
         if never_ran is not None:
             for replica in sent:
                 self._retracted(never_ran, replica)

@@ -272,3 +272,19 @@ def test_a_job_its_replica_answered_with_an_error_is_remembered_nowhere(status):
     assert serve_one(loop, CONTEXT).status == status
     chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
     assert router._router.memory.depths(chain, 16) == {}
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_a_send_serve_reports_after_its_job_ended_unrun_is_remembered_nowhere(name):
+    # the client left while Serve was routing the job: Serve reported the replica took it only
+    # after the ingress had ended its flight (nothing to take back yet), so the record stayed
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    figures.routes.ended("j", job("j"))  # its client left; nothing was sent
+    router.on_request_routed(SimpleNamespace(args=[job("j")]), ReplicaID("a"), None)  # then Serve's word
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {} and len(figures.routes) == 0
+    # a later job reusing the id (a client's own request id) is routed as any other
+    figures.routes.begun("j")
+    router.on_request_routed(SimpleNamespace(args=[job("j")]), ReplicaID("a"), None)
+    assert router._router.memory.depths(chain, 16) == {"a": 48}

@@ -43,8 +43,12 @@ class FleetRequestRouter(RequestRouter):
         self._routes = None if self._figures is None else self._figures.routes  # shared with the ingress
         # the ingress's retractions come on its own thread: the router's memory is touched under this
         self._lock = threading.Lock()
+        # job id -> the replica its prefix is recorded on before Serve says where it went (with the
+        # ingress's figures only: they say when a job ends, so nothing is left recorded unsent)
+        self._planned: dict[str, str] = {}
         if self._routes is not None:
             self._routes.watch_retractions(self._retracted)
+            self._routes.watch_ends(self._ended)
         self._known: set[str] = set()  # the replicas of the last update (their ids)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -74,8 +78,9 @@ class FleetRequestRouter(RequestRouter):
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
-        """Ranks only: Serve sends the job to the first rank with room, and again after a backoff
-        when none had any, so where it went is remembered in `on_request_routed`."""
+        """Ranks: Serve sends the job to the first rank with room, and again after a backoff
+        when none had any. The first rank is remembered now (`_plan`), moved in
+        `on_request_routed` where Serve sent it elsewhere."""
         job = _job(pending_request)
         if job is None or not candidate_replicas:
             return [candidate_replicas]  # not a generation job (e.g. describe): any replica
@@ -90,6 +95,8 @@ class FleetRequestRouter(RequestRouter):
         states = [self._state(r) for r in candidate_replicas]
         with self._lock:
             decision = self._router.decide(RouteRequest(job.namespace, tuple(job.prompt)), states)
+            if self._routes is not None and self._routes.open(job.id):
+                self._plan(job, decision.replica)
         chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]
         alive = {s.name for s in states if s.alive}
         rest = [
@@ -101,14 +108,42 @@ class FleetRequestRouter(RequestRouter):
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         """Serve calls this once a replica took the job (its strict ``max_ongoing_requests``, on
-        by default outside Ray Client): the router remembers that replica, not its first rank."""
+        by default outside Ray Client): the router remembers that replica, its first rank's
+        record moved there if that is another."""
         super().on_request_routed(pending_request, replica_id, result)
         job = _job(pending_request)
         if job is None:
             return
+        replica, request = replica_id.unique_id, RouteRequest(job.namespace, tuple(job.prompt))
         with self._lock:  # a flight ending meanwhile retracts under it: after this record
-            if self._routes is None or self._routes.routed(job.id, replica_id.unique_id):
-                self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
+            planned = self._planned.pop(job.id, None)
+            taken = self._routes is None or self._routes.routed(job.id, replica)
+            if planned is not None and (planned != replica or not taken):
+                self._router.retract(request, planned)  # Serve sent it elsewhere (the first rank full)
+            if taken and planned != replica:
+                self._router.record(request, replica)
+
+    def _plan(self, job: Any, replica: str) -> None:
+        """Under the lock: record ``job``'s prefix on ``replica``, its first rank, now, not once
+        Serve says it went there (after that replica accepted it): its siblings ranked meanwhile
+        (a context's candidates come together) follow it, not each placed as a new context on the
+        least loaded replica, the one it was not just sent to. A job ranked again (a backoff) moves."""
+        request = RouteRequest(job.namespace, tuple(job.prompt))
+        before = self._planned.get(job.id)
+        if before == replica:
+            return
+        if before is not None:
+            self._router.retract(request, before)
+        self._router.record(request, replica)
+        self._planned[job.id] = replica
+
+    def _ended(self, job_id: str, never_ran: Any) -> None:
+        """The ingress's word that job ``job_id``'s flight ended; ``never_ran``: the job, when it
+        never ran anywhere, so its first rank (still waiting for room) is taken back too."""
+        with self._lock:
+            planned = self._planned.pop(job_id, None)
+            if planned is not None and never_ran is not None:
+                self._router.retract(RouteRequest(never_ran.namespace, tuple(never_ran.prompt)), planned)
 
     def _retracted(self, job: Any, replica: str) -> None:
         """The ingress's word (on its thread) that ``replica``, which Serve reported took ``job``,

@@ -39,6 +39,7 @@ class Routes:
         # the jobs whose flights ended unrun: a send Serve reports after that is not recorded
         self._unrun: OrderedDict[str, None] = OrderedDict()
         self._retract_watchers: list[Callable[[Job, str], None]] = []
+        self._end_watchers: list[Callable[[str, Job | None], None]] = []
 
     def begun(self, job_id: str) -> None:
         """The ingress starts job ``job_id`` (mutates self): an earlier job's id, reused, is
@@ -59,10 +60,19 @@ class Routes:
                 del self._sent[next(iter(self._sent))]  # the longest unheard of
             return True
 
+    def open(self, job_id: str) -> bool:
+        """Whether job ``job_id`` may still be sent: its flight did not end unrun."""
+        with self._lock:
+            return job_id not in self._unrun
+
     def tried(self, job_id: str) -> frozenset[str]:
         """The replicas job ``job_id`` was sent to so far (none: its first routing)."""
         with self._lock:
             return frozenset(self._sent.get(job_id, ()))
+
+    def watch_ends(self, watcher: Callable[[str, Job | None], None]) -> None:
+        """Call ``watcher`` with each job id whose flight ends, and the job when it never ran."""
+        self._end_watchers.append(watcher)
 
     def watch_retractions(self, watcher: Callable[[Job, str], None]) -> None:
         """Call ``watcher`` with each job and a replica it was sent to that never ran it."""
@@ -94,6 +104,8 @@ class Routes:
         if never_ran is not None:
             for replica in sent:
                 self._retracted(never_ran, replica)
+        for watcher in list(self._end_watchers):
+            watcher(job_id, never_ran)
 
     def _retracted(self, job: Job, replica: str) -> None:
         for watcher in list(self._retract_watchers):

@@ -288,3 +288,38 @@ def test_a_send_serve_reports_after_its_job_ended_unrun_is_remembered_nowhere(na
     figures.routes.begun("j")
     router.on_request_routed(SimpleNamespace(args=[job("j")]), ReplicaID("a"), None)
     assert router._router.memory.depths(chain, 16) == {"a": 48}
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_siblings_ranked_before_serve_reports_the_first_send_follow_it(name):
+    # a context's candidates arrive together: each was ranked before Serve reported where the
+    # first went (after its replica accepted it), so each was a new context, placed on the least
+    # loaded replica: the one the first had not just been sent to
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    [[first]] = ranks(router, [running("a"), running("b")], job("j0"))[:1]
+    queues = {"a": 0, "b": 0} | {first: 1}  # Serve counts the send to it at once
+    replicas = [running(r, q) for r, q in queues.items()]
+    for i in range(1, 4):
+        assert ranks(router, replicas, job(f"j{i}", CONTEXT + (i,)))[0] == [first]
+    router.on_request_routed(SimpleNamespace(args=[job("j0")]), ReplicaID(first), None)
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert set(router._router.memory.depths(chain, 16)) == {first}  # recorded there, and only there
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_a_job_ranked_and_never_sent_is_remembered_nowhere(name):
+    # ranked first to one replica, then Serve sent it to another (the first full), or its client
+    # left while it waited for room: only where it went counts, and nothing once it ended unrun
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b")]
+    [[first], *_] = ranks(router, replicas, job("j"))
+    other = "b" if first == "a" else "a"
+    router.on_request_routed(SimpleNamespace(args=[job("j")]), ReplicaID(other), None)
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {other: 48}
+    ranks(router, replicas, job("k", CONTEXT + (9,)))  # a sibling ranked, then its client left
+    figures.routes.ended("k", job("k", CONTEXT + (9,)))
+    figures.routes.ended("j", job("j"))  # and j's
+    assert router._router.memory.depths(chain, 16) == {}

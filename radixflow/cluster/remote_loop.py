@@ -260,8 +260,9 @@ class RemoteLoop:
             )
         else:
             req.status, req.error = RequestStatus.FAILED, final.error
-        if rejected is None:
-            self.metrics.on_done(req, time.monotonic() - flight.arrival)
+        if rejected is None:  # an error answer counted by its status, as one server counts it
+            error = None if final.output is not None else final.status
+            self.metrics.on_done(req, time.monotonic() - flight.arrival, error)
         elif not flight.submitted.rejected:  # once per HTTP request, as one server refuses it whole
             flight.submitted.rejected = True
             self.metrics.on_rejected(rejected)

@@ -21,7 +21,7 @@ from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, 
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.events import Delta, Final, NotAccepting
-from radixflow.server.metrics import REJECTIONS, ServerMetrics
+from radixflow.server.metrics import REFUSED, REJECTIONS, ServerMetrics
 
 PROMPT = (5, 6, 7)
 
@@ -171,6 +171,20 @@ def test_a_request_every_replica_refused_is_counted_as_rejected_not_failed(statu
     sample = metrics.registry.get_sample_value
     assert sample("radixflow_requests_rejected_total", {"reason": reason}) == 0
     assert sample("radixflow_requests_total", {"outcome": "finished"}) == 1
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(400, REFUSED), (500, "failed")])
+def test_a_request_its_replica_answered_with_an_error_is_counted_as_one_server_counts_it(status, outcome):
+    # a replica's 400 (its engine's checks refused the request) was counted as failed at the
+    # ingress, where one server counts the same answer as refused: the ingress passed no status
+    metrics = ServerMetrics()
+    answer = WireEvent(Final(0, None, status, "why"), None, "replica-a")
+    open_stream, calls = stream_of([answer])
+    events = asyncio.run(serve(RemoteLoop(open_stream, None, metrics, 8)))[0]
+    assert events[-1].status == status and len(calls) == 1
+    sample = metrics.registry.get_sample_value
+    assert sample("radixflow_requests_total", {"outcome": outcome}) == 1
+    assert sum(sample("radixflow_requests_total", {"outcome": o}) for o in (REFUSED, "failed")) == 1
 
 
 def scripted(scripts: dict[str, list]):

@@ -131,7 +131,8 @@ def _string(row: dict[str, object], key: str, default: str | None, where: str) -
 def _arrival(value: object, where: str) -> float:
     """``arrival_s`` as a float: a number, finite, not negative, at most `MAX_ARRIVAL_S`. bool is
     an int in Python, NaN and Infinity parse as floats, and an integer past a float's range
-    overflows: all are refused."""
+    overflows: all are refused. -0.0 is read as 0.0 (it is not below 0, and was written back as
+    -0.0)."""
     try:
         number = float(value) if type(value) in (int, float) else math.nan  # type: ignore[arg-type]
     except OverflowError:
@@ -143,7 +144,7 @@ def _arrival(value: object, where: str) -> float:
             f"{where}: 'arrival_s' must be at most {MAX_ARRIVAL_S} (seconds from the run's start), "
             f"got {json.dumps(value)}"
         )
-    return number
+    return number + 0.0  # -0.0 + 0.0 is 0.0
 
 
 def _not_another_trace(first: str, where: str) -> None:

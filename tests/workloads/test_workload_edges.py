@@ -143,3 +143,12 @@ def test_a_byte_order_mark_inside_a_trace_says_what_it_is(tmp_path):
     said = "t.jsonl:2: a UTF-8 byte order mark starts this line; one may only start the file (files joined?)"
     with pytest.raises(TraceError, match=re.escape(said)):
         read_trace(path)
+
+
+def test_an_arrival_of_minus_zero_is_read_as_zero(tmp_path):
+    # -0.0 is not below 0, so it passed, and --write-trace wrote it back as "arrival_s": -0.0
+    from radixflow.workloads.jsonl_trace import trace_text
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1], "arrival_s": -0.0}\n')
+    assert '"arrival_s": 0.0,' in trace_text(read_trace(path))

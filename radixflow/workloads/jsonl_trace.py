@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Iterator
@@ -87,29 +88,27 @@ def _lines(path: str | Path) -> Iterator[tuple[str, str]]:
     """("file:line", text) for each line, decoded one line at a time (exact line numbers). A
     line ends as text mode ends it (and `cli.lines_out.read_input`, for the other JSONL inputs):
     at a newline, a carriage return and a newline, or a lone carriage return (in JSON one can
-    only stand between values)."""
-    lineno = 0
-    with open(path, "rb") as f:
-        for raw in f:
-            text = _decode(raw, path, lineno, first=lineno == 0)
-            for line in text.removesuffix("\n").removesuffix("\r").split("\r"):
-                lineno += 1
-                yield f"{path}:{lineno}", line
+    only stand between values). The bytes are split as Latin-1 text, one character a byte, so
+    that a lone carriage return ends a line as it is read (binary files split at newlines only:
+    a trace of lone carriage returns was read whole into memory), and each line is then
+    decoded as UTF-8 on its own."""
+    with io.TextIOWrapper(open(path, "rb"), encoding="latin-1", newline="") as f:
+        for lineno, line in enumerate(f, 1):
+            raw = line.rstrip("\r\n").encode("latin-1")
+            yield f"{path}:{lineno}", _decode(raw, path, lineno, first=lineno == 1)
 
 
 def _decode(raw: bytes, path: str | Path, lineno: int, first: bool) -> str:
-    """``raw`` as text; the lines before it are ``lineno``. A byte that is not UTF-8 is named on
-    its own line: ``raw`` holds several where lone carriage returns end them."""
+    """``raw``, line ``lineno`` without its line end, as text; a byte that is not UTF-8 is named
+    by its line and column."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         kind = first_line_kind(raw) if first else None
         if kind is not None:
-            raise TraceError(f"{path}:{lineno + 1}: not UTF-8 text ({kind})") from None
-        before = raw[: e.start]
-        line, column = lineno + 1 + before.count(b"\r"), e.start - before.rfind(b"\r")
+            raise TraceError(f"{path}:{lineno}: not UTF-8 text ({kind})") from None
         raise TraceError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column}); "
+            f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
             "a trace is UTF-8 JSON Lines"
         ) from None
     return text.removeprefix("\ufeff") if first else text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -152,3 +153,31 @@ def test_an_arrival_of_minus_zero_is_read_as_zero(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"id": "a", "prompt": [1], "arrival_s": -0.0}\n')
     assert '"arrival_s": 0.0,' in trace_text(read_trace(path))
+
+
+def test_a_trace_of_lone_carriage_returns_is_read_a_line_at_a_time(tmp_path, monkeypatch):
+    # a file's lines were read at newlines only, then split at carriage returns: a trace whose
+    # lines end in "\r" alone was one line, read whole into memory before its first was checked
+    import radixflow.workloads.jsonl_trace as jsonl_trace
+
+    data = b'{"id": "a", "prompt": "text"}\r' + b'{"id": "b", "prompt": [1]}\r' * 100_000
+    raw = _CountingReader(data)
+    monkeypatch.setattr(jsonl_trace, "open", lambda *_: io.BufferedReader(raw), raising=False)
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: 'prompt' must be"):
+        read_trace(tmp_path / "t.jsonl")
+    assert raw.given < len(data) // 10
+
+
+class _CountingReader(io.RawIOBase):
+    """A raw binary stream over ``data`` that counts the bytes it has given."""
+
+    def __init__(self, data: bytes) -> None:
+        self.stream, self.given = io.BytesIO(data), 0
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = self.stream.readinto(buffer)
+        self.given += n
+        return n
+
+    def readable(self) -> bool:
+        return True

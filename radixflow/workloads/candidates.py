@@ -85,16 +85,20 @@ class WorkloadSpec:
     def _span_problem(self) -> Problem | None:
         """Arrivals past `MAX_ARRIVAL_S`, which its own trace could not hold. Bursty ones are
         known; Poisson ones are bounded at twice their mean span: at the sizes where that passes
-        the limit (over 2,000 gaps), a draw twice its mean has a chance below e**-600."""
+        the limit (over 2,000 gaps), a draw twice its mean has a chance below e**-600. The span
+        is said in whole seconds, rounded up: three digits printed one just past the limit as
+        the limit."""
         last = self.requests - 1
-        span = {"batch": 0.0, "poisson": 2 * last / self.rate}.get(
-            self.arrival, last // self.burst_size * self.burst_size / self.rate
-        )
+        if self.arrival == "poisson":
+            span, how = 2 * last / self.rate, f"at {self.rate:g} requests/s arrive over up to"
+        else:  # batch: 0; bursty: the last burst's start
+            span = 0.0 if self.arrival == "batch" else last // self.burst_size * self.burst_size / self.rate
+            how = f"in bursts of {self.burst_size} at {self.rate:g} requests/s arrive over"
         if span <= MAX_ARRIVAL_S:
             return None
         return Problem(
             "rate",
-            f"{self.requests} requests at {self.rate:g} requests/s arrive over up to {span:.3g} s; "
+            f"{self.requests} requests {how} {math.ceil(span)} s; "
             f"arrivals past {MAX_ARRIVAL_S} s are refused (a float no longer tells µs apart there)",
         )
 

@@ -181,3 +181,13 @@ class _CountingReader(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+
+def test_a_bursty_span_past_the_arrival_limit_says_its_bursts_and_exact_span():
+    # it read "arrive over up to 4.72e+09 s": "up to" is the Poisson bound (twice its mean), a
+    # bursty span is exact, and three digits could print a span just past the limit as below it
+    sizes = {"groups": 1, "candidates": 10_000, "context_len": 1, "candidate_len": 1}
+    problem = WorkloadSpec(**sizes, arrival="bursty", burst_size=1000, rate=2**-19).problem()
+    assert problem is not None and problem.param == "rate"
+    said = "10000 requests in bursts of 1000 at 1.90735e-06 requests/s arrive over 4718592000 s;"
+    assert problem.message.startswith(said)

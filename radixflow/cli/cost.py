@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help='print {"seconds", "tp", "terms": {name: {"seconds", "flops", "bytes", "source"}}}',
+        help='print {"seconds", "tp", "fits", "terms": {name: {"seconds", "flops", "bytes", "source"}}} '
+        "(fits: false where the model does not fit even on tp GPUs)",
     )
     add_engine_flags(p, only=ENGINE_OPTIONS)
 

@@ -25,8 +25,8 @@ def test_json_is_exactly_seconds_tp_and_terms_that_sum_to_it(capsys):
     report = cost(
         capsys, "qwen3_5-2b", "--hardware", "h200", "--prefill", "300", "--decode", "4", "--context", "64"
     )
-    assert set(report) == {"seconds", "tp", "terms"}
-    assert isinstance(report["seconds"], float) and report["tp"] == 1
+    assert set(report) == {"seconds", "tp", "fits", "terms"}
+    assert isinstance(report["seconds"], float) and report["tp"] == 1 and report["fits"] is True
     for name, term in report["terms"].items():
         assert set(term) == TERM_KEYS, name
         assert all(isinstance(term[k], float | int) for k in ("seconds", "flops", "bytes"))
@@ -243,3 +243,24 @@ def test_a_checkpoints_config_file_given_for_its_directory_is_named_as_such(tmp_
     (line,) = capsys.readouterr().err.strip().splitlines()
     said = f"model: model path {tmp_path / 'config.json'} is a file, not a checkpoint directory"
     assert line.startswith(f"radixflow: error: {said}") and line.endswith(f"did you mean {tmp_path}?"), line
+
+
+def test_json_says_a_model_that_fits_on_no_gpu_count_does_not_fit(tmp_path, capsys):
+    # the text run warned "does not fit even on 64 GPUs"; --json printed its tp and times alone,
+    # as for a model that fits
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 16384,
+        "num_hidden_layers": 120,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 524288,  # 3T parameters: 6 TB of bf16 weights
+        "vocab_size": 151936,
+        "max_position_embeddings": 4096,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert (json.loads(out)["tp"], json.loads(out)["fits"]) == (64, False)
+    assert "does not fit even on 64 GPUs of h100" in err

@@ -43,7 +43,7 @@ class RoundBreakdown:
             name: {"seconds": t.seconds, "flops": t.flops, "bytes": t.bytes, "source": t.source}
             for name, t in self.terms.items()
         }
-        return {"seconds": self.seconds, "tp": self.tp, "terms": terms}
+        return {"seconds": self.seconds, "tp": self.tp, "fits": self.fits, "terms": terms}
 
 
 def times(term: TermCost, count: float) -> TermCost:

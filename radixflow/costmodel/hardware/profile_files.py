@@ -19,7 +19,7 @@ from radixflow.costmodel.hardware.profile_checks import (
 )
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.files import write_whole
-from radixflow.jsonl import json_value
+from radixflow.jsonl import json_value, read_text
 
 # The keys of a file in the torch runner's store of fitted round profiles (`runners.profile_store`)
 STORED_KEYS = {"model", "machine", "profile"}
@@ -50,10 +50,14 @@ def load_profile(path: str | Path) -> HardwareProfile:
         # pipe (`<(...)`) is empty the second time, and one no one writes would be waited on forever
         raise ProfileError(f"hardware profile {path} is not a regular file (a pipe or a device): give a file")
     try:
-        data = json_value(path.read_text())
+        text = read_text(path)  # UTF-8, a byte order mark dropped (an editor's), a bad byte named
     except OSError as e:
         raise ProfileError(f"cannot read hardware profile {path}: {e.strerror or e}") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints, nesting
+    except ValueError as e:
+        raise ProfileError(f"hardware profile {path}: {e}") from None
+    try:
+        data = json_value(text)
+    except ValueError as e:  # JSONDecodeError, 4300+ digit ints, nesting
         raise ProfileError(f"hardware profile {path} is not valid JSON: {e}") from None
     return profile_from_dict(data, str(path))
 

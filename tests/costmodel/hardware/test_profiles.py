@@ -154,6 +154,25 @@ def test_a_file_nested_too_deeply_is_one_line(tmp_path: Path) -> None:
     assert str(info.value) == f"hardware profile {path} is not valid JSON: nested too deeply"
 
 
+def test_a_profile_saved_with_a_byte_order_mark_reads_as_without_one(tmp_path: Path) -> None:
+    """An editor that saves UTF-8 with a byte order mark (Windows Notepad) made a good profile
+    "not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)", advice for Python code; every
+    other JSON file a user gives drops it."""
+    path = tmp_path / "p.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode())
+    assert resolve_hardware(str(path)) == profile_from_dict(GOOD, str(path))
+
+
+def test_a_profile_that_is_not_utf8_names_its_line_and_byte(tmp_path: Path) -> None:
+    """It was "not valid JSON: 'utf-8' codec can't decode byte 0xe9 in position 14"."""
+    path = tmp_path / "p.json"
+    path.write_bytes(b'{\n"name": "caf\xe9"}')
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    said = f"hardware profile {path}: line 2: not UTF-8 text (byte 0xe9 at column 13)"
+    assert str(info.value) == said
+
+
 @pytest.mark.parametrize("key", ["flops", "round_overhead_s", "per_request_s"])
 def test_required_keys(key: str) -> None:
     data = {k: v for k, v in GOOD.items() if k not in (key, "kernels")}  # fitted per-term rates

@@ -197,10 +197,17 @@ def as_run(key: str, value: Any) -> Any:
 
 
 def _unread(workload: dict[str, Any]) -> set[str]:
-    """The workload keys its arrivals never read (`build_workload`): a rate with all arriving at
-    t=0, a burst size without bursts. Pure."""
-    arrival = workload["arrival"]
-    return {k for k, unread in (("rate", arrival == "batch"), ("burst_size", arrival != "bursty")) if unread}
+    """The workload keys `build_workload` never reads for it: a rate with all arriving at t=0, a
+    burst size without bursts, a skew or namespaces with one group (or none): no popularity to
+    share out, no second namespace a group goes to (independent requests are in ns0). Pure."""
+    arrival, one_group = workload["arrival"], workload["groups"] <= 1
+    unread = (
+        ("rate", arrival == "batch"),
+        ("burst_size", arrival != "bursty"),
+        ("skew", one_group),
+        ("namespaces", one_group),
+    )
+    return {k for k, is_unread in unread if is_unread}
 
 
 def _late_default(key: str, value: Any) -> bool:

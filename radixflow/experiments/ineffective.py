@@ -54,6 +54,11 @@ def ineffective(
         (("scheduler_time",), no_scheduler is not None, no_scheduler or ""),
         (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
+        (
+            ("workload.skew", "workload.namespaces"),
+            workload["groups"] <= 1,
+            f"with {'one group' if workload['groups'] else 'no groups'} (groups = {workload['groups']})",
+        ),
         (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),
         (
             ("kv_blocks", "state_slots", "cache_memory"),

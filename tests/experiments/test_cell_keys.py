@@ -197,6 +197,9 @@ def test_one_size_listed_twice_in_its_spellings_is_refused(tmp_path: Path):
         (({"independent_share": 0.5}, {}), ({}, {"independent": 6})),  # 2 x 3 grouped: 6 independent
         (({}, {"rate": 10.0}), ({}, {"rate": 20.0})),  # batch arrivals: no rate read
         (({}, {"arrival": "poisson", "burst_size": 4}), ({}, {"arrival": "poisson", "burst_size": 8})),
+        # one group: no popularity to share out, no other namespace to put a group in
+        (({}, {"groups": 1, "skew": 1.0}), ({}, {"groups": 1})),
+        (({}, {"groups": 1, "namespaces": 4, "independent": 2}), ({}, {"groups": 1, "independent": 2})),
     ],
 )
 def test_cells_that_run_alike_share_a_key(tmp_path: Path, one, other):

@@ -759,6 +759,14 @@ def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
             "defaults.scheduler_time has no effect with hardware 'cpu': it models no scheduler time",
         ),
         ([("candidate_len = 16", "candidate_len = 16\nrate = 50.0")], "defaults.workload.rate has no effect"),
+        (
+            [("groups = 2", "groups = 1"), ("candidate_len = 16", "candidate_len = 16\nskew = 1.0")],
+            "defaults.workload.skew has no effect with one group (groups = 1)",
+        ),
+        (
+            [("groups = 2", "groups = 1"), ("candidate_len = 16", "candidate_len = 16\nnamespaces = 2")],
+            "defaults.workload.namespaces has no effect with one group (groups = 1)",
+        ),
         ([('name = "load"', 'name = "load"\nplacement = "branch"\nstate_slots = 8')], None),
         (
             [('model = ["qwen3_5-2b", "qwen3-4b"]', 'model = "qwen3-4b"\nstate_slots = 8')],

@@ -155,6 +155,9 @@ def warn_ineffective(args: argparse.Namespace, runner: str) -> None:
         warn(f"{', '.join(flags)} {_have(flags)} no effect with --trace (the trace is the workload)")
     elif args.rate is not None and args.arrival in (None, "batch"):
         warn("--rate has no effect with --arrival batch (every request arrives at t=0)")
+    if args.trace is None and args.namespaces is not None and args.groups in (0, 1):
+        why = "the groups go round-robin over the namespaces; independent requests are in ns0"
+        warn(f"--namespaces has no effect with --groups {args.groups} ({why})")
     if runner == "sim" and args.decode_fixed_cost_ms is not None:
         warn(f"--decode-fixed-cost-ms has no effect on the sim runner: {ONE_TOKEN}")
 

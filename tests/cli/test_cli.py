@@ -485,6 +485,15 @@ def test_rate_with_batch_arrivals_is_warned_about(capsys):
     assert "--rate has no effect with --arrival batch" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("groups", ["0", "1"])
+def test_namespaces_with_one_group_or_none_is_warned_about(capsys, groups):
+    # the groups go round-robin over the namespaces and independent requests are in ns0: with
+    # one group every request was in ns0, the flag silently read by nothing
+    assert main(["bench", "--groups", groups, "--independent", "2", "--namespaces", "4"]) == 0
+    said = f"radixflow: warning: --namespaces has no effect with --groups {groups} (the groups go round-robin"
+    assert said in capsys.readouterr().err
+
+
 def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys, monkeypatch):
     from radixflow.options import EnginePlan
     from radixflow.problems import Problem, ProblemError

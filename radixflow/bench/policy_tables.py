@@ -4,6 +4,7 @@ acceptance counted over the cells. Pure formatting over the cells' dicts."""
 
 from __future__ import annotations
 
+from radixflow.bench.report import signed_percent
 from radixflow.bench.twin_runs import POLICIES
 
 
@@ -68,7 +69,7 @@ def _replays(sim: dict) -> str:
 
 
 def _pct(x: object) -> str:
-    return "-" if x is None else f"{x:+.1%}"  # type: ignore[str-format]
+    return "-" if x is None else signed_percent(x)  # type: ignore[arg-type]
 
 
 def summary_markdown(cells: list[dict]) -> str:

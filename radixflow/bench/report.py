@@ -46,7 +46,14 @@ MAX_REASON_CHARS = 30  # a reason's row label: the metric column never wraps, so
 def relative_change(base: object, new: object) -> str:
     if not isinstance(base, int | float) or not isinstance(new, int | float) or base == 0 or math.isnan(base):
         return ""
-    return f"{(new - base) / base:+.1%}"
+    return signed_percent((new - base) / base)
+
+
+def signed_percent(change: float) -> str:
+    """``change`` as a signed percentage to one decimal: one that rounds to nothing reads
+    "+0.0%", never "-0.0%" (a minus on a change the figure calls none)."""
+    shown = f"{change:+.1%}"
+    return "+0.0%" if shown == "-0.0%" else shown
 
 
 def group_failures(failures: tuple[Failure, ...] | list[Failure]) -> dict[str, list[str]]:

@@ -158,3 +158,14 @@ def test_a_reason_over_several_lines_is_one_row_label_line():
     reason = "worker call failed: Runtime\nError: CUDA error\nCUDA kernel errors"
     text = table_text([replace(BASE, failed=1, completed=3, failures=(Failure("a", reason),))])
     assert "│   worker call failed: Runtime E… │        1 (a) │" in text.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("base", "new", "shown"),
+    [(100.0, 99.99, "+0.0%"), (100.0, 100.0, "+0.0%"), (100.0, 99.9, "-0.1%"), (2.0, 3.0, "+50.0%")],
+)
+def test_a_change_that_rounds_to_nothing_reads_without_a_minus(base, new, shown):
+    # a change of -0.01% printed "-0.0%" in the table: a minus on a change the table calls nothing
+    from radixflow.bench.report import relative_change
+
+    assert relative_change(base, new) == shown

@@ -17,8 +17,11 @@ from pathlib import Path
 from rich.console import Console
 
 from radixflow.bench.harness import BenchReport, PolicyRun
+from radixflow.bench.metrics import Failure
+from radixflow.bench.report import group_failures
 from radixflow.cli.command import UsageError, write_stdout
 from radixflow.files import write_whole
+from radixflow.problems import counted
 
 
 def write_file(flag: str, path: Path, write: object) -> None:
@@ -199,10 +202,21 @@ def exit_code(runs: list[PolicyRun]) -> int:
     first = empty[0].result
     print(
         f"radixflow: error: no request completed under {names} "
-        f"({first.failed} of {first.requests} failed; reasons in the table)",
+        f"({first.failed} of {first.requests} failed: {chief_reason(first.failures)})",
         file=sys.stderr,
     )
     return 1
+
+
+def chief_reason(failures: tuple[Failure, ...]) -> str:
+    """The reason most of ``failures`` failed for, whole (the table cuts a reason short), and how
+    many other reasons the table lists."""
+    groups = group_failures(failures)
+    if not groups:
+        return "reasons in the table"
+    chief = max(groups, key=lambda reason: len(groups[reason]))
+    others = len(groups) - 1
+    return chief if not others else f"{chief}; {counted(others, 'other reason')} in the table"
 
 
 def _empty_in(run: PolicyRun) -> str:

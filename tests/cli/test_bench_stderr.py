@@ -47,3 +47,14 @@ def test_a_stderr_that_refuses_the_table_keeps_the_json_on_stdout(monkeypatch, e
     monkeypatch.setattr(sys, "stderr", Refusing(error))
     assert main([*BENCH, "--json", "-"]) == code
     assert json.loads(out.getvalue())["results"] == json.loads(whole.getvalue())["results"]
+
+
+def test_a_run_that_completed_nothing_names_its_chief_reason_whole_and_counts_the_others():
+    from radixflow.bench.metrics import Failure
+    from radixflow.cli.bench_outputs import chief_reason
+
+    long = "prompt has 9000 tokens; the model's context is 8192"  # past the table's 30 characters
+    failures = (Failure("a", "device lost"), Failure("b", long), Failure("c", long))
+    assert chief_reason(failures) == f"{long}; 1 other reason in the table"
+    assert chief_reason(failures[1:]) == long
+    assert chief_reason(()) == "reasons in the table"

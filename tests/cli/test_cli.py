@@ -323,7 +323,11 @@ def test_a_repeated_bench_one_of_whose_trials_completed_nothing_says_which_share
 
     monkeypatch.setattr(SimRunner, "run", lost_in_the_second_trial)
     assert main([*SMALL_BENCH, "--policy", "native", "--repeat", "2"]) == 1
-    said = "no request completed under native in 1 of its 2 trials (4 of 4 failed; reasons in the table)"
+    # the reason whole (the table cuts it at 30 characters)
+    said = (
+        "no request completed under native in 1 of its 2 trials "
+        "(4 of 4 failed: worker call failed: RuntimeError: device lost)"
+    )
     assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: error: {said}"
 
 

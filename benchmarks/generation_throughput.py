@@ -23,7 +23,7 @@ else the machine ran) as well as by the wall clock; repeats are interleaved (our
 transformers, then ours...) and medians reported, each side's spread (min-max of its CPU time,
 as ± of the median: the larger of ours and transformers') printed beside the ratio. Ratios use
 the CPU-time medians; the wall ratios and every side's [min, median, max] CPU and wall seconds
-are in the JSON. ``/proc/loadavg`` is recorded before and after each model.
+are in the JSON. The load average (1, 5, 15 min) is recorded before and after each model.
 
     python benchmarks/generation_throughput.py --json results/generation_throughput.json
 """

@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
@@ -80,9 +80,10 @@ def fresh_prompts(rng: random.Random, shape: Shape) -> list[list[int]]:
     ]
 
 
-def load() -> list[float]:
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
+def load() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None: the platform has none)."""
+    loads = loads_now()
+    return None if loads is None else list(loads)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -266,7 +267,7 @@ def main() -> None:
     results: dict[str, dict[str, object]] = {}
     print(
         f"{shape.candidates} candidates of {shape.context_len}+{shape.candidate_len} tokens "
-        f"(gen: {shape.gen_tokens} tokens); medians of {args.repeat}; load {load_before}"
+        f"(gen: {shape.gen_tokens} tokens); medians of {args.repeat}; load {loads_text(load_before)}"
     )
     print(f"{'model':<18}{'door':<8}{'kind':<7}{'mode':<12}{'wall s':>8}{'spread':>15}{'cpu s':>8}"
           f"{'wall x':>8}{'cpu x':>7}  same")  # fmt: skip
@@ -285,7 +286,7 @@ def main() -> None:
                           f"{f.wall_ratio:>8.2f}{cpu_x:>7}  {f.same_as_batch}")  # fmt: skip
                 print_paired(f"{model} {door} {kind}", modes)
     load_after = load()
-    print(f"load average before {load_before}, after {load_after}")
+    print(f"load average before {loads_text(load_before)}, after {loads_text(load_after)}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         out = {"shape": asdict(shape), "repeat": args.repeat, "torch_threads": args.torch_threads,

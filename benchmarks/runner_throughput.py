@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import loads_now, loads_text
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -143,7 +144,7 @@ def main() -> None:
         args.families, args.lengths, args.repeats = ["qwen3_5"], [16, 8], 1
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    print(f"threads={args.threads}; loadavg {Path('/proc/loadavg').read_text().split()[:3]}")
+    print(f"threads={args.threads}; loadavg {loads_text(loads_now())}")
     load_before = os.getloadavg()[0]
     from transformers.utils import logging as hf_logging
 

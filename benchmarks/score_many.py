@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
@@ -100,9 +100,10 @@ def shape(args: argparse.Namespace) -> dict:
 
 
 def report(args: argparse.Namespace, result: dict) -> None:
+    load = " before, ".join(map(loads_text, result["load_before_after"]))
     print(
         f"{args.model}: {args.contexts} contexts x {args.candidates} candidates ({args.context_len} + "
-        f"{args.candidate_len} tokens), {args.repeat} repeats, load {result['load_before_after']}"
+        f"{args.candidate_len} tokens), {args.repeat} repeats, load {load} after"
     )
     for name, f in result["modes"].items():
         spread = f"{f['wall_min_s']:.3f}-{f['wall_max_s']:.3f}"
@@ -133,9 +134,9 @@ def main() -> None:
         args.context_len, args.candidate_len = 32, 4
         args.repeat, args.vocab = 1, 100
     torch.set_num_threads(args.torch_threads)
-    before = Path("/proc/loadavg").read_text().split()[:3]
+    before = loads_now()
     result = measure(args)
-    result["load_before_after"] = [before, Path("/proc/loadavg").read_text().split()[:3]]
+    result["load_before_after"] = [before, loads_now()]
     report(args, result)
     print(f"  same scores in both modes: {result['same_scores']}")
     if args.json:

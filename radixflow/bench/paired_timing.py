@@ -8,8 +8,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from radixflow.bench.spread import loads_now, loads_text
 
 HEADER = (
     f"{'model':<18}{'mode':<13}{'ours':>10}{'ours 1-by-1':>12}{'hf':>10} {'unit':<7}"
@@ -19,10 +20,7 @@ HEADER = (
 
 def loadavg() -> str:
     """The 1, 5 and 15 minute load averages (the machine is shared: say how busy it was)."""
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
+    return loads_text(loads_now())
 
 
 def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:

@@ -29,12 +29,25 @@ class Load:
         return f"machine load (1-minute average): {self.start:.2f} at the start, {self.end:.2f} at the end"
 
 
-def load_now() -> float | None:
-    """The 1-minute load average; None where the platform has none (Windows)."""
+def loads_now() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15 minute load averages; None where the platform has none (Windows). Every
+    script reads the load here: /proc/loadavg, read directly, is Linux's alone (not macOS's)."""
     try:
-        return os.getloadavg()[0]
+        one, five, fifteen = os.getloadavg()
     except (AttributeError, OSError):
         return None
+    return one, five, fifteen
+
+
+def loads_text(loads: Sequence[float] | None) -> str:
+    """`loads_now`'s reading for the console: "0.51 0.60 0.70", or "n/a" where there is none."""
+    return "n/a" if loads is None else " ".join(f"{x:.2f}" for x in loads)
+
+
+def load_now() -> float | None:
+    """The 1-minute load average; None where the platform has none (Windows)."""
+    loads = loads_now()
+    return None if loads is None else loads[0]
 
 
 def load_between(start: float | None, end: float | None) -> Load | None:

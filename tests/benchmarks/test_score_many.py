@@ -34,10 +34,10 @@ def test_each_mode_is_read_against_many_trial_by_trial(many, monkeypatch, capsys
     shape = {"contexts": 2, "candidates": 2, "context_len": 4, "candidate_len": 2, "torch_threads": 1}
     args = SimpleNamespace(model="m", repeat=2, seed=0, vocab=50, atol=0.0, **shape)
     result = many.measure(args)
-    result["load_before_after"] = [["0"] * 3, ["0"] * 3]
+    result["load_before_after"] = [(0.5, 0.25, 0.0), None]  # None: a platform with no load average
     many.report(args, result)
     out = capsys.readouterr().out
     assert "wall time against many, trial by trial" in out and "  per_context: " in out
-    assert "CPU time against many, trial by trial" in out
+    assert "CPU time against many, trial by trial" in out and "load 0.50 0.25 0.00 before, n/a after" in out
     walls = result["modes"]["per_context"]["wall_runs_s"]  # the pairs, beside the medians
     assert len(walls) == 2 and result["modes"]["per_context"]["wall_s"] == pytest.approx(sum(walls) / 2)

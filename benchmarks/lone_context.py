@@ -6,10 +6,11 @@ before it has finished (what calling ``LLM.generate`` once per candidate does). 
 placement: engine time (the sim clock on the sim runner, the summed measured worker calls on
 torch), wall time, rounds, prompt tokens served from the cache, and whether every output equals
 the runner's no-cache reference. Times are the minimum over ``--repeat`` interleaved runs (each
-first in turn), every run's kept beside it in the JSON (``engine_runs_s``, ``wall_runs_s``: their
-spread), the ratio one by one / batch of the minima and, since each repeat ran the two side by
-side, repeat by repeat (``*_ratio_runs``, their median ``*_ratio_median``; printed with their
-range), with the machine's 1-minute load average before and after, printed and written.
+first in turn, after one untimed warm-up run of each), every run's kept beside it in the JSON
+(``engine_runs_s``, ``wall_runs_s``: their spread), the ratio one by one / batch of the minima
+and, since each repeat ran the two side by side, repeat by repeat (``*_ratio_runs``, their
+median ``*_ratio_median``; printed with their range), with the machine's 1-minute load average
+before and after, printed and written.
 
     python benchmarks/lone_context.py --model qwen3_5-2b                       # sim, H100 profile
     python benchmarks/lone_context.py --model qwen3_5-2b --hardware cpu        # sim, CPU profile
@@ -81,15 +82,18 @@ def _result(engine: Engine, done: list[Request], wall: float) -> Run:
 def measure(
     setup: EngineSetup, requests: list[Request], placements: list[str], repeat: int
 ) -> dict[str, object]:
-    """Each (placement, mode) ``repeat`` times, interleaved, each first in turn (`rotated`); times
-    are the minimum over repeats (the run least disturbed by other work on a shared machine),
-    every repeat's kept beside it, counts the first's, and the outputs of every repeat are held to
-    the no-cache reference. Per placement a row (`_row`); ``load_1min``: the load average before
-    and after the runs."""
+    """Each (placement, mode) once untimed (a warm-up: the process's one-time costs, its imports,
+    allocator and kernel plans, would fall on whichever ran first), then ``repeat`` times,
+    interleaved, each first in turn (`rotated`); times are the minimum over repeats (the run least
+    disturbed by other work on a shared machine), every repeat's kept beside it, counts the
+    first's, and the outputs of every repeat are held to the no-cache reference. Per placement a
+    row (`_row`); ``load_1min``: the load average before and after the timed runs."""
     reference = setup.runner.reference_tokens(requests)
-    load_before = os.getloadavg()[0]
     modes = {"batch": run_batch, "one_by_one": run_one_by_one}
     runs: dict[tuple[str, str], list[Run]] = {(p, m): [] for p in placements for m in modes}
+    for placement, mode in runs:  # the warm-up: its figures are dropped
+        modes[mode](setup.engine(placement=placement), requests)
+    load_before = os.getloadavg()[0]
     for trial in range(repeat):
         for placement, mode in rotated(list(runs), trial):
             runs[placement, mode].append(modes[mode](setup.engine(placement=placement), requests))

@@ -25,7 +25,7 @@ def _run(lone, token: int, wall: float):
 def test_outputs_are_held_to_the_reference_on_every_repeat(lone, monkeypatch):
     # only the first repeat's outputs were compared: a later repeat that computed otherwise
     # still read "same as no cache"
-    batches = iter([_run(lone, 7, 1.0), _run(lone, 8, 0.5)])
+    batches = iter([_run(lone, 7, 9.0), _run(lone, 7, 1.0), _run(lone, 8, 0.5)])  # first: warm-up
     monkeypatch.setattr(lone, "run_batch", lambda engine, requests: next(batches))
     monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, 2.0))
     out = lone.measure(_setup({"a": 7}), [], ["branch"], 2)["branch"]
@@ -45,7 +45,7 @@ def test_no_repeat_is_refused_in_one_line(lone, monkeypatch, capsys):
 def test_each_mode_keeps_every_repeat_and_the_run_its_load(lone, monkeypatch):
     # the minimum alone, and no load average: docs/policies.md quotes "load 2-5" for a run whose
     # JSON held neither the load nor how far its repeats spread
-    batch, one = iter([1.0, 0.5]), iter([3.0, 2.0])  # the modes take turns first: one each
+    batch, one = iter([9.0, 1.0, 0.5]), iter([9.0, 3.0, 2.0])  # the modes take turns first: one each
     monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
     monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
     monkeypatch.setattr(lone.os, "getloadavg", lambda: (2.5, 3.0, 3.5))
@@ -59,7 +59,7 @@ def test_each_mode_keeps_every_repeat_and_the_run_its_load(lone, monkeypatch):
 def test_the_ratio_is_also_paired_repeat_by_repeat_with_its_median_and_range(lone, monkeypatch, capsys):
     # the ratio was of two minima, maybe from different repeats (one quiet spell for batch,
     # another for one-by-one): nothing paired, no spread to read it against
-    batch, one = iter([1.0, 0.5]), iter([3.0, 2.0])
+    batch, one = iter([9.0, 1.0, 0.5]), iter([9.0, 3.0, 2.0])  # first: the warm-up
     monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
     monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
     row = lone.measure(_setup({"a": 7}), [], ["branch"], 2)["branch"]
@@ -80,4 +80,15 @@ def test_the_runs_take_turns_first_repeat_by_repeat(lone, monkeypatch):
     monkeypatch.setattr(lone, "run_batch", runs("batch"))
     monkeypatch.setattr(lone, "run_one_by_one", runs("one"))
     lone.measure(_setup({"a": 7}), [], ["branch"], 2)
-    assert ran == ["batch", "one", "one", "batch"]
+    assert ran == ["batch", "one", "batch", "one", "one", "batch"]  # the first two: the warm-up
+
+
+def test_a_warm_up_run_of_each_is_not_timed(lone, monkeypatch):
+    # the first run carried the process's one-time costs (imports, allocator, kernel plans): with
+    # --repeat 1 they were in the figure, and in the first repeat's paired ratio on one side only
+    batch, one = iter([50.0, 1.0]), iter([60.0, 2.0])
+    monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
+    monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
+    row = lone.measure(_setup({"a": 7}), [], ["branch"], 1)["branch"]
+    assert row["batch"]["wall_runs_s"] == [1.0] and row["one_by_one"]["engine_runs_s"] == [2.0]
+    assert row["wall_ratio"] == 2.0

@@ -19,11 +19,12 @@ For each model (the three mixer kinds by default: Gated DeltaNet, LFM2 short con
 Timing. The machine this was written on has 2 cores shared with other jobs, so wall time
 swings by 2-4x from one repeat to the next. Every case therefore runs on ONE torch thread and is
 timed by the CPU time of that thread (``time.thread_time``: what the computation cost, whatever
-else the machine ran) as well as by the wall clock; repeats are interleaved (ours, then
-transformers, then ours...) and medians reported, each side's spread (min-max of its CPU time,
-as ± of the median: the larger of ours and transformers') printed beside the ratio. Ratios use
-the CPU-time medians; the wall ratios and every side's [min, median, max] CPU and wall seconds
-are in the JSON. The load average (1, 5, 15 min) is recorded before and after each model.
+else the machine ran) as well as by the wall clock; repeats are interleaved, each case first in
+turn repeat by repeat (ours then transformers, then transformers then ours...), and medians
+reported, each side's spread (min-max of its CPU time, as ± of the median: the larger of ours
+and transformers') printed beside the ratio. Ratios use the CPU-time medians; the wall ratios
+and every side's [min, median, max] CPU and wall seconds are in the JSON. The load average (1, 5,
+15 min) is recorded before and after each model.
 
     python benchmarks/generation_throughput.py --json results/generation_throughput.json
 """

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
@@ -58,13 +59,14 @@ def sync(device: torch.device) -> None:
 
 
 def timed(calls: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Any]:
-    """Warm-up, then interleaved repeats: median seconds and the last output of each call."""
+    """Warm-up, then interleaved repeats, each call first in turn (`rotated`): median seconds and
+    the last output of each call."""
     out = {name: {"out": fn(), "s": []} for name, fn in calls.items()}
-    for _ in range(repeats):
-        for name, fn in calls.items():
+    for trial in range(repeats):
+        for name in rotated(list(calls), trial):
             sync(device)
             t0 = time.perf_counter()
-            out[name]["out"] = fn()
+            out[name]["out"] = calls[name]()
             sync(device)
             out[name]["s"].append(time.perf_counter() - t0)
     for r in out.values():

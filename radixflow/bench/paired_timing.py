@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from radixflow.bench.spread import loads_now, loads_text
+from radixflow.bench.spread import loads_now, loads_text, rotated
 
 HEADER = (
     f"{'model':<18}{'mode':<13}{'ours':>10}{'ours 1-by-1':>12}{'hf':>10} {'unit':<7}"
@@ -24,14 +24,14 @@ def loadavg() -> str:
 
 
 def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
-    """Each case once to warm up, then ``repeats`` interleaved rounds: median wall and thread-CPU
-    seconds per case with their minimum and maximum (``wall_min``, ``cpu_max``...), and the
-    output of its last call."""
+    """Each case once to warm up, then ``repeats`` interleaved rounds, each case first in turn
+    (`rotated`): median wall and thread-CPU seconds per case with their minimum and maximum
+    (``wall_min``, ``cpu_max``...), and the output of its last call."""
     out = {name: {"out": fn(), "wall": [], "cpu": []} for name, fn in cases.items()}
-    for _ in range(repeats):
-        for name, fn in cases.items():
+    for trial in range(repeats):
+        for name in rotated(list(cases), trial):  # each first in turn: drift falls on each alike
             w, c = time.perf_counter(), time.thread_time()
-            out[name]["out"] = fn()
+            out[name]["out"] = cases[name]()
             out[name]["cpu"].append(time.thread_time() - c)
             out[name]["wall"].append(time.perf_counter() - w)
     for r in out.values():

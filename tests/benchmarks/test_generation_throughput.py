@@ -43,3 +43,11 @@ def test_each_side_has_its_spread_beside_its_median():
     out = row("prefill", 30, "tok/s", t, 0.0, True)
     assert out["cpu_s"] == {"ours": [0.5, 1.0, 2.0], "transformers": [3.0, 3.0, 4.5]}
     assert out["ratio_vs_transformers"] == 3.0
+
+
+def test_the_cases_take_turns_first_repeat_by_repeat():
+    # every repeat ran ours before transformers: whatever the one before left (a busy spell, a
+    # grown heap) fell on one side alone
+    ran: list[str] = []
+    interleaved({"ours": lambda: ran.append("ours"), "transformers": lambda: ran.append("hf")}, 3)
+    assert ran == ["ours", "hf", "ours", "hf", "hf", "ours", "ours", "hf"]  # the first two: warm-up

@@ -78,3 +78,13 @@ def test_a_decode_whose_requests_ended_early_is_refused_not_counted(monkeypatch)
     with pytest.raises(SystemExit) as exc:
         gpu.decode(setup, hf, 2, 4, 3, 1)
     assert str(exc.value).startswith("decode 2: requests did not generate 3 tokens: [('r0', 0, 'worker call")
+
+
+def test_the_calls_take_turns_first_repeat_by_repeat(monkeypatch) -> None:
+    # every repeat ran ours before transformers: drift between them fell on one side alone
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    gpu = load_benchmark("gpu_runner")
+    ran: list[str] = []
+    calls = {"ours": lambda: ran.append("ours"), "transformers": lambda: ran.append("hf")}
+    gpu.timed(calls, 2, torch.device("cpu"))
+    assert ran == ["ours", "hf", "ours", "hf", "hf", "ours"]  # the first two: the warm-up

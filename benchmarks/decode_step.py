@@ -9,7 +9,7 @@ working slot does (the state is updated where it lies in the pool; each repeat a
 one more step of the same cost). Each mixer layer's forward is timed by a wrapper, and the median
 per layer kind is reported in microseconds per layer, beside the whole round (wall and this
 thread's CPU time, each with its spread, min-max over the repeats). Batch sizes are interleaved
-across repeats and medians reported, since the machine is shared and noisy.
+across repeats (each first in turn) and medians reported, since the machine is shared and noisy.
 
     python benchmarks/decode_step.py --models qwen3_5-small lfm2-small nemotron_h-small
 
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -119,8 +120,8 @@ def bench(name: str, batches: list[int], context: int, repeats: int, own: bool) 
     for b in batches:  # warm-up
         run_round(model, *setups[b])
     timer.take()
-    for _ in range(repeats):
-        for b in batches:
+    for trial in range(repeats):
+        for b in rotated(batches, trial):  # each first in turn: drift falls on each alike
             rounds[b].append(run_round(model, *setups[b]))
             for kind, t in timer.take().items():
                 layers[b][kind].append(t)

@@ -3,8 +3,8 @@
 For mixes of segment lengths (one long prompt, a prefill of four prompts, candidates after a
 context, a server round of short suffixes beside a chat prompt, ...), times
 `gated_delta_rule_chunks` at every length in `CHUNK_SIZES` (thread-CPU time, one torch thread,
-repeats interleaved across lengths, medians and their spread, min-max, beside the machine's load
-average before and after) and prints the padded rows, the carry steps and
+repeats interleaved across lengths, each first in turn, medians and their spread, min-max,
+beside the machine's load average before and after) and prints the padded rows, the carry steps and
 which length `pick_chunk` takes. This is the measurement `STEP_COST` was fitted to. Beside
 them, interleaved, the native kernels' prefill (`NativeKernels.delta_rule_prefill`: the same
 segments token by token in one C call) where the library builds here: the backend the engine's
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.kernels.backend import resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
@@ -94,10 +95,10 @@ def measure(
     times: dict[int | str, list[float]] = {c: [] for c in fns}
     for fn in fns.values():
         fn()  # warm-up
-    for _ in range(repeats):
-        for c, fn in fns.items():
+    for trial in range(repeats):
+        for c in rotated(list(fns), trial):  # each first in turn: drift falls on each alike
             t0 = time.thread_time()
-            fn()
+            fns[c]()
             times[c].append(time.thread_time() - t0)
     out: dict[int | str, dict] = {
         c: {**_ms(times[c]), "rows": len(plan.rows), "steps": len(plan.steps)}

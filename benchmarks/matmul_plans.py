@@ -5,9 +5,9 @@ same weights run under ``mkl``, ``onednn``, ``single=native`` (the native few-ro
 decode rounds of 1-4 rows, MKL elsewhere; where the native kernels build) and the measured plan:
 a prefill of ``--prefill`` prompts from scratch (tok/s) and decode rounds of 1, 8 and 32
 one-token rows (ms per round), with the largest logit difference from the MKL plan beside each.
-Repeats are interleaved across plans and medians reported with their spread (min-max), since the
-machine is shared and noisy; the 1-minute load average after each case is printed beside it and
-written with it.
+Repeats are interleaved across plans (each first in turn) and medians reported with their spread
+(min-max), since the machine is shared and noisy; the 1-minute load average after each case is
+printed beside it and written with it.
 
     python benchmarks/matmul_plans.py --models qwen3_5-small lfm2-small nemotron_h-small
 """
@@ -20,11 +20,13 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -64,6 +66,16 @@ def decode(model, router: MatmulRouter, pools) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - t0, logits
 
 
+def timed_repeats(run: Callable[[str], tuple[float, object]], plans: list[str], repeats: int) -> dict:
+    """Each plan's seconds (``run``'s first value) over ``repeats`` interleaved repeats, each plan
+    first in turn (`rotated`: drift between them falls on each alike)."""
+    times: dict[str, list[float]] = {k: [] for k in plans}
+    for trial in range(repeats):
+        for k in rotated(plans, trial):
+            times[k].append(run(k)[0])
+    return times
+
+
 def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> dict[str, object]:
     """Print one model's rows as they come; return them for the JSON."""
     path = ensure_model(name)
@@ -84,10 +96,7 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
     result: dict[str, object] = {"model": name, "auto_plan": auto.describe(), "cases": {}}
     for case, run in cases.items():
         first = {k: run(k)[1] for k in plans}  # warm-up, and the logits to compare
-        times: dict[str, list[float]] = {k: [] for k in plans}
-        for _ in range(repeats):
-            for k in plans:
-                times[k].append(run(k)[0])
+        times = timed_repeats(run, list(plans), repeats)
         cells, figures = [], {}
         for k in plans:
             med, low, high = statistics.median(times[k]), min(times[k]), max(times[k])

@@ -8,10 +8,11 @@ round is run under a dispatch hook that records every GEMM call (``mm``, ``addmm
 call the dispatcher never sees, by wrapping its backend) with its very arguments; those calls are
 then replayed alone, so the GEMM time is what the same GEMMs cost at the rate the library runs
 them here, and the rest of the round (its thread CPU time minus that) is everything between
-GEMMs. Rounds and replays are interleaved across repeats and medians reported, since the machine
-is shared and noisy. A few profiled runs of each round (torch.profiler, median self CPU time per
-op) name the largest non-GEMM ops. The recurrent state updates (``baddbmm_``, ``mul_`` on the
-state in place) and the attention kernel are not GEMMs here: they are in the rest.
+GEMMs. Rounds and replays are interleaved across repeats (each round first in turn) and medians
+reported, since the machine is shared and noisy. A few profiled runs of each round
+(torch.profiler, median self CPU time per op) name the largest non-GEMM ops. The recurrent state
+updates (``baddbmm_``, ``mul_`` on the state in place) and the attention kernel are not GEMMs
+here: they are in the rest.
 
 Decode rounds restore every row from its slot and save back into it (the engine's working
 slot, updated in place); the prefill round is one packed batch of prompts of ``--lengths``.
@@ -42,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from radixflow.bench.provenance import git_commit, write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
@@ -197,8 +199,8 @@ def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
     for r in rounds:
         r.run()  # warm-up
         r.record()
-    for _ in range(repeats):
-        for r in rounds:
+    for trial in range(repeats):
+        for r in rotated(rounds, trial):  # each first in turn: drift falls on each alike
             r.totals.append(cpu_seconds(r.run))
             r.gemm_times.append(cpu_seconds(r.replay))
     rows = []

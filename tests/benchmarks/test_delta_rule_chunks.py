@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 from benchmark_utils import load_benchmark
@@ -34,3 +35,13 @@ def test_the_load_average_is_printed_and_written(chunks, monkeypatch, tmp_path, 
     assert "load average 1.25 before" in printed and "1.25 after" in printed
     case = run["cases"][0]["by_chunk"]["16"]
     assert case["min_ms"] <= case["ms"] <= case["max_ms"]
+
+
+def test_the_lengths_take_turns_first_repeat_by_repeat(chunks, monkeypatch):
+    # every repeat ran the chunk lengths in one fixed order: drift fell on the first alike each time
+    ran: list[int] = []
+    plan = SimpleNamespace(rows=[], steps=[])
+    monkeypatch.setattr(chunks, "CHUNK_SIZES", (16, 32))
+    monkeypatch.setattr(chunks, "kernel_call", lambda lengths, c, *dims: (lambda: ran.append(c), plan))
+    chunks.measure([3], 1, 4, 4, 2, None)
+    assert ran == [16, 32, 16, 32, 32, 16]  # the first two: the warm-up

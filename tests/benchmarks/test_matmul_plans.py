@@ -26,3 +26,11 @@ def test_each_case_writes_the_load_it_prints_and_each_plans_spread(plans, monkey
     for case in cases.values():
         for figures in case["plans"].values():
             assert figures["min_s"] <= figures["median_s"] <= figures["max_s"]
+
+
+def test_the_plans_take_turns_first_repeat_by_repeat(plans):
+    # every repeat ran mkl first, then onednn...: drift between them fell on one side alone
+    ran: list[str] = []
+    times = plans.timed_repeats(lambda k: ran.append(k) or (1.0, None), ["mkl", "onednn"], 3)
+    assert ran == ["mkl", "onednn", "onednn", "mkl", "mkl", "onednn"]
+    assert times == {"mkl": [1.0] * 3, "onednn": [1.0] * 3}

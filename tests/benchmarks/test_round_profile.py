@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
@@ -44,3 +45,20 @@ def test_the_commit_is_provenances_and_no_git_is_no_traceback(bench, monkeypatch
     bench.main()
     figures = json.loads(out.read_text())
     assert figures["commit"] == "unknown" and figures["run"]["commit"] is None
+
+
+def test_the_rounds_take_turns_first_repeat_by_repeat(bench, monkeypatch):
+    # every repeat ran the decode rounds, then the prefill, in one fixed order: drift between
+    # them fell on the same round each time
+    ran: list[str] = []
+    runner = SimpleNamespace(matmul=None)
+    monkeypatch.setattr(bench, "ensure_model", lambda model: model)
+    monkeypatch.setattr(bench, "TorchRunner", lambda *args, **kwargs: runner)
+    monkeypatch.setattr(bench, "resolve_kernels", lambda *args: SimpleNamespace(name="torch"))
+    monkeypatch.setattr(bench, "decode_round", lambda r, b, c, k: lambda: ran.append(f"decode {b}"))
+    monkeypatch.setattr(bench, "prefill_round", lambda r, lengths, k: lambda: ran.append("prefill"))
+    monkeypatch.setattr(bench, "top_non_gemm", lambda run: [])
+    args = SimpleNamespace(matmul="auto", batches=[2], context=8, lengths=[4], repeats=2, kernels=["torch"])
+    bench.bench("deltanet", "m", args)
+    timed = ran[4:]  # each round run twice first: the warm-up, then its GEMMs recorded
+    assert timed == ["decode 2", "prefill", "prefill", "decode 2"]

@@ -4,11 +4,11 @@ For each family's ``-small`` zoo model: one batch of prompts with mixed lengths,
 scratch. Ours packs the prompts without padding into one forward; transformers gets the same
 prompts right-padded with an attention mask (``transformers``), and also one prompt at a time
 with no padding at all (``transformers_sequential``), so padding waste is visible separately.
-Repeats are interleaved and medians reported with the spread of each side's repeats (``cpu_s``:
-[min, median, max]; printed as ± of the median), since the machine is shared and noisy; calls run on
-one torch thread (``--threads``) and are timed in thread CPU seconds, written beside the
-machine's 1-minute load average before and after. The every-mode comparison (prefill, decode,
-scoring in one run) is generation_throughput.py.
+Repeats are interleaved (each side first in turn) and medians reported with the spread of each
+side's repeats (``cpu_s``: [min, median, max]; printed as ± of the median), since the machine is
+shared and noisy; calls run on one torch thread (``--threads``) and are timed in thread CPU
+seconds, written beside the machine's 1-minute load average before and after. The every-mode
+comparison (prefill, decode, scoring in one run) is generation_throughput.py.
 
     python benchmarks/runner_throughput.py --json results/runner_throughput.json
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import loads_now, loads_text
+from radixflow.bench.spread import loads_now, loads_text, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -99,17 +99,18 @@ def bench_family(family: str, lengths: list[int], repeats: int, size: str = "sma
     batch = prompts(lengths, int(ours.config.vocab_size), seed=0)
     ours_forward(ours, batch[:1])  # warm-up both
     hf_forward(theirs, batch[:1])
-    t_ours, t_hf, t_seq = [], [], []
-    for _ in range(repeats):
-        dt, a = timed(ours_forward, ours, batch)
-        t_ours.append(dt)
-        dt, b = timed(hf_forward, theirs, batch)
-        t_hf.append(dt)
-        dt, _ = timed(hf_sequential, theirs, batch)
-        t_seq.append(dt)
+    calls = {"ours": (ours_forward, ours), "transformers": (hf_forward, theirs)}
+    calls["transformers_sequential"] = (hf_sequential, theirs)
+    sides: dict[str, list[float]] = {name: [] for name in calls}
+    outs: dict[str, torch.Tensor] = {}
+    for trial in range(repeats):
+        for name in rotated(list(calls), trial):  # each first in turn: drift falls on each alike
+            fn, model = calls[name]
+            dt, outs[name] = timed(fn, model, batch)
+            sides[name].append(dt)
+    a, b = outs["ours"], outs["transformers"]
     tokens = sum(lengths)
-    med_ours, med_hf, med_seq = statistics.median(t_ours), statistics.median(t_hf), statistics.median(t_seq)
-    sides = {"ours": t_ours, "transformers": t_hf, "transformers_sequential": t_seq}
+    med_ours, med_hf, med_seq = (statistics.median(sides[name]) for name in calls)
     return {
         "family": family,
         "tokens": tokens,

@@ -2,10 +2,11 @@
 
 Each variant is a server started from a source tree (``PYTHONPATH``) with extra server flags; the
 load generator and its traffic are this tree's, so every variant gets the same requests. Runs are
-interleaved (A B A B ...) so a change in the machine's load hits every variant alike, and each
-figure is the median over ``--repeat`` runs, beside its spread (min-max over the runs: printed for
-requests/s and TTFT, every timed figure's in the JSON as ``FIGURE_spread``), but lost requests and
-errors, which are totals over them (one run's loss counts); ratios are against the first variant.
+interleaved, each variant first in turn (A B, B A, ...), so a change in the machine's load hits
+every variant alike, and each figure is the median over ``--repeat`` runs, beside its spread
+(min-max over the runs: printed for requests/s and TTFT, every timed figure's in the JSON as
+``FIGURE_spread``), but lost requests and errors, which are totals over them (one run's loss
+counts); ratios are against the first variant.
 
     git worktree add /tmp/c05b93d c05b93d   # the commit to compare against
     python benchmarks/serve_compare.py --variant old=/tmp/c05b93d --variant main=. \\
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import rotated
 from radixflow.cli.args import positive_int
 
 LOAD = Path(__file__).with_name("serve_load.py")
@@ -160,17 +162,27 @@ def print_table(table: dict[str, dict], ref_label: str, repeat: int) -> None:
         )
 
 
+def interleaved_runs(
+    variants: list[Variant], load_args: list[str], tmp: Path, repeat: int
+) -> dict[str, list[dict[str, float | None]]]:
+    """Each variant's figures over ``repeat`` interleaved runs, in run order; each variant first in
+    turn (`rotated`: whatever the run before left, a busy spell, a warm page cache, falls on each
+    alike)."""
+    runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in variants}
+    for i in range(repeat):
+        for v in rotated(variants, i):
+            runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
+    return runs
+
+
 def main() -> None:
     args, load_args = arguments()
     for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main
         if (tree := imported_tree(v)) != v.tree:
             raise SystemExit(f"{v.label}: a server would import radixflow from {tree}, not {v.tree}")
-    runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in args.variant}
     tmp = args.json.with_suffix(".runs")
     tmp.mkdir(parents=True, exist_ok=True)
-    for i in range(args.repeat):
-        for v in args.variant:
-            runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
+    runs = interleaved_runs(args.variant, load_args, tmp, args.repeat)
     table = medians(runs)
     print_table(table, args.variant[0].label, args.repeat)
     args.json.parent.mkdir(parents=True, exist_ok=True)

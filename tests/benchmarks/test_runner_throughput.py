@@ -50,3 +50,18 @@ def test_each_side_has_its_spread_beside_its_median(bench):
         low, mid, high = row["cpu_s"][side]
         assert low <= mid <= high
         assert row[f"{side}_tokens_per_s"] == pytest.approx(row["tokens"] / mid)
+
+
+def test_the_sides_take_turns_first_repeat_by_repeat(bench, monkeypatch):
+    # every repeat ran ours, then transformers padded, then one by one: drift fell on one side
+    ran: list[str] = []
+    plain = bench.timed
+
+    def timed(fn, *args):  # type: ignore[no-untyped-def]
+        ran.append(fn.__name__)
+        return plain(fn, *args)
+
+    monkeypatch.setattr(bench, "timed", timed)
+    bench.bench_family("qwen3_5", [8, 4], 2, "tiny")
+    trial = ["ours_forward", "hf_forward", "hf_sequential"]
+    assert ran == [*trial, *trial[1:], trial[0]]

@@ -67,3 +67,14 @@ def test_the_timed_figures_have_their_spread_beside_their_median(compare):
     assert table["requests_per_s_spread"] == [10.0, 12.0]
     assert table["chat_ttft_p50_s_spread"] == [0.1, 0.1]  # over the runs that have one
     assert table["server_cpu_ms_per_request_spread"] is None
+
+
+def test_the_variants_take_turns_first_run_by_run(compare, monkeypatch, tmp_path):
+    # every repeat ran the first variant first (A B A B): drift between them fell on one side
+    ran: list[str] = []
+    monkeypatch.setattr(compare, "run_once", lambda v, load_args, out: ran.append(v.label) or {"n": len(ran)})
+    monkeypatch.setattr(compare, "figures", lambda summary: summary)
+    variants = [compare.parse_variant(f"{label}={ROOT}") for label in ("a", "b")]
+    runs = compare.interleaved_runs(variants, [], tmp_path, 3)
+    assert ran == ["a", "b", "b", "a", "a", "b"]
+    assert runs == {"a": [{"n": 1}, {"n": 4}, {"n": 5}], "b": [{"n": 2}, {"n": 3}, {"n": 6}]}  # trial order

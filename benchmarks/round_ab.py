@@ -8,7 +8,8 @@ same decode rounds (``--batches`` rows at context 64, each updating its own stat
 as the engine does) and one packed prefill round, old and new one after the other for
 ``--repeats`` rounds, which of them goes first alternating from one repeat to the next (ABBA:
 a machine that slows within a repeat does not weigh on one side only); thread CPU time,
-medians and minima, and the largest logit difference of the first round (the logits of the
+medians and minima, the ratio new/base repeat by repeat (the two side by side: its range and
+median, printed and written), and the largest logit difference of the first round (the logits of the
 last token of every row).
 
     git archive c60a733 | tar -x -C /tmp/base
@@ -33,6 +34,7 @@ from types import SimpleNamespace
 import torch
 
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import paired_lines
 from radixflow.cli.args import positive_int
 
 HERE = Path(__file__).resolve().parents[1]
@@ -122,14 +124,28 @@ def compare(name: str, runs: dict[str, Callable[[], torch.Tensor]], repeats: int
             run()
             times[pkg].append(time.thread_time() - t0)
     old, new = times["radixflow_base"], times["radixflow"]
+    paired = [n / o for n, o in zip(new, old, strict=True) if o > 0]  # repeat by repeat: side by side
     return {
         "round": name,
         "base_ms_median": 1e3 * statistics.median(old),
         "new_ms_median": 1e3 * statistics.median(new),
+        "base_ms_runs": [1e3 * t for t in old],
+        "new_ms_runs": [1e3 * t for t in new],
         "ratio_median": statistics.median(new) / statistics.median(old),
         "ratio_min": min(new) / min(old),
+        # new/base of each repeat (the two ran side by side, under one load) and their median:
+        # the spread the ratios of medians and minima are read against
+        "ratio_runs": paired,
+        "ratio_paired_median": statistics.median(paired) if paired else None,
         "max_dlogit": (first["radixflow"] - first["radixflow_base"]).abs().max().item(),
     }
+
+
+def print_paired(model: str, row: dict) -> None:
+    """``row``'s new against base, repeat by repeat (`paired_lines`)."""
+    trials = {"base": row["base_ms_runs"], "new": row["new_ms_runs"]}
+    for line in paired_lines(f"{model} {row['round']}: CPU time", trials, "base"):
+        print(line)
 
 
 def measure(model: str, args: argparse.Namespace) -> list[dict]:
@@ -152,6 +168,7 @@ def measure(model: str, args: argparse.Namespace) -> list[dict]:
             f"  max|dlogit| {row['max_dlogit']:.1e}",
             flush=True,
         )
+        print_paired(model, row)  # the ratios of medians and minima above: their paired spread
     return rows
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from benchmark_utils import BENCHMARKS, load_benchmark
@@ -68,3 +70,19 @@ def test_a_base_without_a_radixflow_package_is_one_line(ab, monkeypatch, capsys,
         ab.main()
     assert exc.value.code == 2
     assert f"--base: {tmp_path} has no radixflow package" in capsys.readouterr().err
+
+
+def test_the_ratio_is_also_paired_repeat_by_repeat_with_its_median_and_range(ab, monkeypatch, capsys):
+    # only the ratios of two medians and of two minima, maybe of different repeats: nothing paired,
+    # no spread to read new/base against
+    log: list[str] = []
+    runs = {pkg: _logged(log, pkg) for pkg in ("radixflow_base", "radixflow")}
+    clock = iter([0.0, 1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 2.0])  # base 1, new 2; then new 3, base 2
+    monkeypatch.setattr(ab, "time", SimpleNamespace(thread_time=lambda: next(clock)))
+    row = ab.compare("decode 2", runs, 2)
+    assert row["ratio_median"] == pytest.approx(2.5 / 1.5)  # of the medians, as before
+    assert row["ratio_runs"] == [2.0, 1.5] and row["ratio_paired_median"] == 1.75
+    ab.print_paired("m", row)
+    out = capsys.readouterr().out
+    assert "m decode 2: CPU time against base, trial by trial" in out
+    assert "new: +50.0% to +100.0%, median +75.0% over 2 trials" in out

@@ -22,9 +22,11 @@ timed by the CPU time of that thread (``time.thread_time``: what the computation
 else the machine ran) as well as by the wall clock; repeats are interleaved, each case first in
 turn repeat by repeat (ours then transformers, then transformers then ours...), and medians
 reported, each side's spread (min-max of its CPU time, as ± of the median: the larger of ours
-and transformers') printed beside the ratio. Ratios use the CPU-time medians; the wall ratios
-and every side's [min, median, max] CPU and wall seconds are in the JSON. The load average (1, 5,
-15 min) is recorded before and after each model.
+and transformers') printed beside the ratio, and the ratio repeat by repeat (the two ran side by
+side in each: its min-max printed, every one and [min, median, max] in the JSON as
+``cpu_ratio_runs_vs_transformers``, ``cpu_ratio_paired``). Ratios use the CPU-time medians; the
+wall ratios and every side's [min, median, max] CPU and wall seconds are in the JSON. The load
+average (1, 5, 15 min) is recorded before and after each model.
 
     python benchmarks/generation_throughput.py --json results/generation_throughput.json
 """

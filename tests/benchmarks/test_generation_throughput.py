@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
 
-from radixflow.bench.paired_timing import interleaved, row
+from radixflow.bench.paired_timing import interleaved, print_row, row
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,18 @@ def test_the_cases_take_turns_first_repeat_by_repeat():
     ran: list[str] = []
     interleaved({"ours": lambda: ran.append("ours"), "transformers": lambda: ran.append("hf")}, 3)
     assert ran == ["ours", "hf", "ours", "hf", "hf", "ours", "ours", "hf"]  # the first two: warm-up
+
+
+def test_the_ratio_is_also_paired_repeat_by_repeat_with_its_range(capsys):
+    # only the ratio of two medians, maybe of different repeats, read against the wider side's
+    # own spread: the repeats ran side by side, and their paired ratios were never taken
+    t = interleaved({"ours": lambda: 0, "transformers": lambda: 0}, 3)
+    assert len(t["ours"]["cpu_runs"]) == len(t["transformers"]["wall_runs"]) == 3
+    t["ours"] |= {"cpu": 1.0, "cpu_min": 1.0, "cpu_max": 2.0, "cpu_runs": [1.0, 2.0, 1.0]}
+    t["transformers"] |= {"cpu": 3.0, "cpu_min": 3.0, "cpu_max": 5.0, "cpu_runs": [3.0, 3.0, 5.0]}
+    out = row("prefill", 30, "tok/s", t, 0.0, True)
+    assert out["ratio_vs_transformers"] == 3.0  # of the medians, as before
+    assert out["cpu_ratio_runs_vs_transformers"] == [3.0, 1.5, 5.0]
+    assert out["cpu_ratio_paired"] == [1.5, 3.0, 5.0]  # min, median, max
+    print_row("m", out)
+    assert "1.50-5.00" in capsys.readouterr().out

@@ -7,7 +7,9 @@ with no padding at all (``transformers_sequential``), so padding waste is visibl
 Repeats are interleaved (each side first in turn) and medians reported with the spread of each
 side's repeats (``cpu_s``: [min, median, max]; printed as ± of the median), since the machine is
 shared and noisy; calls run on one torch thread (``--threads``) and are timed in thread CPU
-seconds, written beside the machine's 1-minute load average before and after. The every-mode
+seconds, written beside the machine's 1-minute load average before and after; each speedup also
+repeat by repeat (``speedup_runs``, ``speedup_paired``: [min, median, max]; printed as each
+side's change from ours, trial by trial). The every-mode
 comparison (prefill, decode, scoring in one run) is generation_throughput.py.
 
     python benchmarks/runner_throughput.py --json results/runner_throughput.json
@@ -25,7 +27,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import loads_now, loads_text, rotated
+from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -121,9 +123,27 @@ def bench_family(family: str, lengths: list[int], repeats: int, size: str = "sma
         "transformers_sequential_tokens_per_s": tokens / med_seq,
         "speedup": med_hf / med_ours,
         "speedup_vs_sequential": med_seq / med_ours,
+        "cpu_runs_s": sides,  # every repeat's, in repeat order (repeat t of each side by side)
+        **paired(sides, "transformers", "speedup"),
+        **paired(sides, "transformers_sequential", "speedup_vs_sequential"),
         "same_greedy_tokens": bool((a.argmax(-1) == b.argmax(-1)).all()),
         "max_abs_logit_diff": float((a.float() - b.float()).abs().max()),
     }
+
+
+def paired(sides: dict[str, list[float]], other: str, key: str) -> dict[str, list[float]]:
+    """``other`` over ours repeat by repeat (the two ran side by side, under one load) as
+    ``KEY_runs``, and their [min, median, max] as ``KEY_paired``: what the speedup of the
+    medians is read against."""
+    ratios = [o / u for o, u in zip(sides[other], sides["ours"], strict=True) if u > 0]
+    spread = [min(ratios), statistics.median(ratios), max(ratios)] if ratios else []
+    return {f"{key}_runs": ratios, f"{key}_paired": spread}
+
+
+def print_paired(row: dict) -> None:
+    """Each transformers side's CPU time against ours, repeat by repeat (`paired_lines`)."""
+    for line in paired_lines(f"{row['family']}: CPU time", row["cpu_runs_s"], "ours"):
+        print(line)
 
 
 def spread(row: dict[str, object]) -> float:
@@ -166,6 +186,7 @@ def main() -> None:
             f"  {row['max_abs_logit_diff']:.2e}",
             flush=True,
         )
+        print_paired(row)  # the speedups of medians above: their paired spread
     args.json.parent.mkdir(parents=True, exist_ok=True)
     doc = {"lengths": args.lengths, "repeats": args.repeats, "machine": machine(load_before), "results": rows}
     write_figures(args.json, doc)

@@ -35,6 +35,7 @@ def test_the_machines_load_is_recorded_beside_the_timings(bench, monkeypatch, tm
     row = {"ours_tokens_per_s": 1.0, "transformers_tokens_per_s": 1.0, "speedup": 1.0}
     row |= {"transformers_sequential_tokens_per_s": 1.0, "speedup_vs_sequential": 1.0}
     row |= {"same_greedy_tokens": True, "max_abs_logit_diff": 0.0, "cpu_s": {"ours": [1.0, 1.0, 1.0]}}
+    row |= {"family": "qwen3_5", "cpu_runs_s": {"ours": [1.0]}}
     monkeypatch.setattr(bench, "bench_family", lambda *args: row)
     out = tmp_path / "r.json"
     monkeypatch.setattr("sys.argv", ["runner_throughput.py", "--families", "qwen3_5", "--json", str(out)])
@@ -65,3 +66,21 @@ def test_the_sides_take_turns_first_repeat_by_repeat(bench, monkeypatch):
     bench.bench_family("qwen3_5", [8, 4], 2, "tiny")
     trial = ["ours_forward", "hf_forward", "hf_sequential"]
     assert ran == [*trial, *trial[1:], trial[0]]
+
+
+def test_the_speedups_are_also_paired_repeat_by_repeat(bench, monkeypatch, capsys):
+    # only ratios of two medians, maybe of different repeats: the sides ran side by side in each
+    # repeat, and their paired ratios, the spread a speedup is read against, were never taken
+    plain = bench.timed
+    seconds = iter([1.0, 3.0, 4.0, 3.0, 8.0, 2.0])  # ours, hf, one by one; then hf, one by one, ours
+
+    def timed(fn, *args):  # type: ignore[no-untyped-def]
+        return next(seconds), plain(fn, *args)[1]
+
+    monkeypatch.setattr(bench, "timed", timed)
+    row = bench.bench_family("qwen3_5", [8, 4], 2, "tiny")
+    assert row["speedup"] == 2.0  # of the medians, as before
+    assert row["speedup_runs"] == [3.0, 1.5] and row["speedup_paired"] == [1.5, 2.25, 3.0]
+    assert row["speedup_vs_sequential_runs"] == [4.0, 4.0]
+    bench.print_paired(row)
+    assert "transformers: +50.0% to +200.0%, median +125.0% over 2 trials" in capsys.readouterr().out

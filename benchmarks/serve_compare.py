@@ -6,7 +6,8 @@ interleaved, each variant first in turn (A B, B A, ...), so a change in the mach
 every variant alike, and each figure is the median over ``--repeat`` runs, beside its spread
 (min-max over the runs: printed for requests/s and TTFT, every timed figure's in the JSON as
 ``FIGURE_spread``), but lost requests and errors, which are totals over them (one run's loss
-counts); ratios are against the first variant.
+counts); ratios are against the first variant, of the medians and run by run (printed with their
+range and median: the runs of one repeat ran side by side).
 
     git worktree add /tmp/c05b93d c05b93d   # the commit to compare against
     python benchmarks/serve_compare.py --variant old=/tmp/c05b93d --variant main=. \\
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import paired_lines, rotated
 from radixflow.cli.args import positive_int
 
 LOAD = Path(__file__).with_name("serve_load.py")
@@ -120,6 +121,15 @@ def _range(bounds: list[float] | None, scale: float, fmt: str) -> str:
     return "-" if bounds is None else f"{scale * bounds[0]:{fmt}}-{scale * bounds[1]:{fmt}}"
 
 
+def print_paired(runs: dict[str, list[dict[str, float | None]]], ref_label: str) -> None:
+    """Each variant's requests/s and chat TTFT against ``ref_label``'s, run by run (run i of each
+    ran side by side: `paired_lines`, the spread the table's ratios of medians are read against)."""
+    for label, key in (("requests/s", "requests_per_s"), ("chat TTFT p50", "chat_ttft_p50_s")):
+        trials = {variant: [r[key] for r in rs] for variant, rs in runs.items()}
+        for line in paired_lines(label, trials, ref_label):
+            print(line)
+
+
 def arguments() -> tuple[argparse.Namespace, list[str]]:
     """This script's flags, and the rest (serve_load's)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,6 +195,7 @@ def main() -> None:
     runs = interleaved_runs(args.variant, load_args, tmp, args.repeat)
     table = medians(runs)
     print_table(table, args.variant[0].label, args.repeat)
+    print_paired(runs, args.variant[0].label)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     variants = [{"label": v.label, "tree": str(v.tree), "flags": list(v.flags)} for v in args.variant]
     write_figures(args.json, {"variants": variants, "load_args": load_args, "runs": runs, "medians": table})

@@ -78,3 +78,23 @@ def test_the_variants_take_turns_first_run_by_run(compare, monkeypatch, tmp_path
     runs = compare.interleaved_runs(variants, [], tmp_path, 3)
     assert ran == ["a", "b", "b", "a", "a", "b"]
     assert runs == {"a": [{"n": 1}, {"n": 4}, {"n": 5}], "b": [{"n": 2}, {"n": 3}, {"n": 6}]}  # trial order
+
+
+def test_the_ratios_are_also_paired_run_by_run(compare, capsys):
+    # only ratios of two medians, maybe of different runs: the variants ran side by side in each
+    # repeat, and their paired ratios, the spread a ratio is read against, were never shown
+    runs = {
+        "old": [
+            {"requests_per_s": 10.0, "chat_ttft_p50_s": 0.1},
+            {"requests_per_s": 5.0, "chat_ttft_p50_s": None},
+        ],
+        "new": [
+            {"requests_per_s": 12.0, "chat_ttft_p50_s": 0.2},
+            {"requests_per_s": 7.5, "chat_ttft_p50_s": 0.1},
+        ],
+    }
+    compare.print_paired(runs, "old")
+    out = capsys.readouterr().out
+    assert "requests/s against old, trial by trial" in out and "chat TTFT p50 against old" in out
+    assert "new: +20.0% to +50.0%, median +35.0% over 2 trials" in out
+    assert "new: +100.0% to +100.0%, median +100.0% over 1 trial" in out  # a run with no TTFT: left out

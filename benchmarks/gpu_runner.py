@@ -8,7 +8,9 @@ of the script itself, not a measurement of interest).
 For each model: a prefill of ``--prefill`` prompts from scratch (ours: one packed forward;
 transformers: one prompt at a time), then decode at each ``--requests`` count (ours: the engine;
 transformers: batched ``generate``), each timed with the device synchronised, medians of
-interleaved repeats, beside the host's 1-minute load average before and after. Beside each
+interleaved repeats (each side first in turn), the ratio of the medians and repeat by repeat
+(``ratio_runs``, ``ratio_paired``: [min, median, max]; min-max printed), beside the host's
+1-minute load average before and after. Beside each
 row: whether the greedy tokens equal transformers' and the largest logit / logprob difference.
 In bfloat16 both sides round differently (another summation order, another kernel), so
 differences of ~1e-1 and a few diverging tokens deep into a decode are expected there; the
@@ -70,8 +72,19 @@ def timed(calls: dict[str, Callable[[], Any]], repeats: int, device: torch.devic
             sync(device)
             out[name]["s"].append(time.perf_counter() - t0)
     for r in out.values():
+        r["runs"] = r["s"]  # in repeat order: repeat t of each call ran side by side
         r["s"] = statistics.median(r["s"])
     return out
+
+
+def ratios(t: dict[str, Any]) -> dict[str, object]:
+    """transformers' seconds over ours: of the medians (``ratio``), repeat by repeat
+    (``ratio_runs``: the two ran side by side, under one load) and those's [min, median, max]
+    (``ratio_paired``: what the ratio of medians is read against)."""
+    pairs = zip(t["transformers"]["runs"], t["ours"]["runs"], strict=True)
+    paired = [hf / ours for hf, ours in pairs if ours > 0]
+    spread = [min(paired), statistics.median(paired), max(paired)] if paired else []
+    return {"ratio": t["transformers"]["s"] / t["ours"]["s"], "ratio_runs": paired, "ratio_paired": spread}
 
 
 def prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int) -> d
         "mode": "prefill",
         "ours_tok_s": sum(lengths) / t["ours"]["s"],
         "transformers_tok_s": sum(lengths) / t["transformers"]["s"],
-        "ratio": t["transformers"]["s"] / t["ours"]["s"],
+        **ratios(t),
         "greedy_equal": bool(torch.equal(a.argmax(-1), b.argmax(-1))),
         "max_abs_logit_diff": (a - b).abs().max().item(),
     }
@@ -167,7 +180,7 @@ def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repea
         "mode": f"decode {n}",
         "ours_tok_s": n * gen / t["ours"]["s"],
         "transformers_tok_s": n * gen / t["transformers"]["s"],
-        "ratio": t["transformers"]["s"] / t["ours"]["s"],
+        **ratios(t),
         "greedy_equal": equal,
         "max_abs_logprob_diff": diff,
     }
@@ -225,9 +238,11 @@ def measure_model(
     for r in rows:
         ours, theirs = r["ours_tok_s"], r["transformers_tok_s"]
         diff = r.get("max_abs_logit_diff", r.get("max_abs_logprob_diff"))
+        paired = "{:.2f}-{:.2f}".format(*r["ratio_paired"][::2]) if r["ratio_paired"] else "-"
         print(
             f"{model:<18}{r['mode']:<11} ours {ours:9.0f} tok/s  transformers {theirs:9.0f} tok/s"
-            f"  {r['ratio']:5.2f}x  greedy-equal {r['greedy_equal']!s:<5}  max|Δ| {diff:.1e}",
+            f"  {r['ratio']:5.2f}x (paired {paired})  greedy-equal {r['greedy_equal']!s:<5}"
+            f"  max|Δ| {diff:.1e}",
             flush=True,
         )
     return rows

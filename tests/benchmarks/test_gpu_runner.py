@@ -88,3 +88,15 @@ def test_the_calls_take_turns_first_repeat_by_repeat(monkeypatch) -> None:
     calls = {"ours": lambda: ran.append("ours"), "transformers": lambda: ran.append("hf")}
     gpu.timed(calls, 2, torch.device("cpu"))
     assert ran == ["ours", "hf", "ours", "hf", "hf", "ours"]  # the first two: the warm-up
+
+
+def test_the_ratio_is_also_paired_repeat_by_repeat(monkeypatch) -> None:
+    # only a ratio of two medians (maybe of different repeats) and no spread: the sides ran side by
+    # side in each repeat, and their paired ratios were never taken
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    gpu = load_benchmark("gpu_runner")
+    clock = iter([0.0, 1.0, 0.0, 3.0, 0.0, 3.0, 0.0, 2.0])  # ours 1, hf 3; then hf 3, ours 2
+    monkeypatch.setattr(gpu, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    t = gpu.timed({"ours": lambda: 0, "transformers": lambda: 0}, 2, torch.device("cpu"))
+    assert t["ours"]["runs"] == [1.0, 2.0] and t["transformers"]["runs"] == [3.0, 3.0]
+    assert gpu.ratios(t) == {"ratio": 2.0, "ratio_runs": [3.0, 1.5], "ratio_paired": [1.5, 2.25, 3.0]}

@@ -10,11 +10,11 @@ of its own on a loopback port; this process is the client). Two ways to ask:
   text, logprob and top entry, the context's K times over.
 
 Both compute the same tokens (every run draws a fresh context: nothing is cached from an earlier
-run). Modes interleaved, order rotated per repeat; reported per mode: median wall time and its
-spread, median server CPU time (from /proc, less disturbed by other load than wall time), the
-response's size, the ratio of each to ``score``'s (of the medians, and repeat by repeat: its
-range and median), the machine's load average, and whether the candidates' total logprobs agree
-within ``--atol``.
+run). Each mode asked once untimed first (a warm-up), then interleaved, order rotated per repeat;
+reported per mode: median wall time and its spread, median server CPU time (from /proc, less
+disturbed by other load than wall time), the response's size, the ratio of each to ``score``'s
+(of the medians, and repeat by repeat: its range and median), the machine's load average, and
+whether the candidates' total logprobs agree within ``--atol``.
 
     python benchmarks/score_route.py --json results/score_route.json
     python benchmarks/score_route.py --model lfm2-small --candidates 128
@@ -91,10 +91,15 @@ Seen = dict[str, list[tuple[float, float, int]]]  # per mode: (wall s, server CP
 
 
 def timings(http: httpx.Client, pid: int, args: argparse.Namespace) -> tuple[Seen, bool]:
-    """Each repeat's fresh job asked both ways, the order alternating: what each way took, and
-    whether every candidate's two totals agreed within ``args.atol``."""
+    """Each way asked once untimed (a warm-up: the server's one-time costs, its kernel plans and
+    allocator, would fall on whichever ran first), then each repeat's fresh job asked both ways,
+    the order alternating: what each way took, and whether every candidate's two totals agreed
+    within ``args.atol``."""
     rng = random.Random(0)
     vocab = http.get("/tokenizer_info").json()["vocab_size"]
+    warm = fresh(random.Random(-1), args, vocab)  # a draw of its own: the timed jobs are unchanged
+    for mode, ask in MODES.items():  # namespaces of their own: nothing cached for the timed jobs
+        ask(http, args.model, (f"warm-up-{mode}", *warm))
     seen: Seen = {m: [] for m in MODES}
     agree = True
     for rep in range(args.repeat):

@@ -74,3 +74,21 @@ def test_each_way_is_read_against_score_trial_by_trial(route, capsys):
     assert "echo: +0.0% to +100.0%, median +50.0% over 2 trials" in out  # the server's CPU
     assert figures["echo"]["wall_runs_s"] == [1.5, 2.2]  # the pairs, beside the medians
     assert figures["echo"]["server_cpu_runs_s"] == [1.0, 1.0]
+
+
+def test_each_way_is_asked_once_untimed_before_the_timed_repeats(route, monkeypatch):
+    # the server's first request paid its one-time costs (kernel plans, allocator): it was the
+    # first repeat's `score`, all of it with --repeat 1, one side of the first paired ratio
+    asked: list[str] = []
+
+    def ask(http, model, job):  # type: ignore[no-untyped-def]
+        asked.append(job[0])
+        return [-1.0] * len(job[2]), 999 if job[0].startswith("warm-up") else 10
+
+    monkeypatch.setattr(route, "MODES", {"score": ask, "echo": ask})
+    monkeypatch.setattr(route, "cpu_seconds", lambda pid: 0.0)
+    args = SimpleNamespace(repeat=2, candidates=2, context_len=4, candidate_len=2, atol=0.0, model="m")
+    seen, agree = route.timings(FakeHttp(), 0, args)
+    assert asked[:2] == ["warm-up-score", "warm-up-echo"] and len(asked) == 6
+    assert all(size == 10 for runs in seen.values() for _, _, size in runs) and agree
+    assert len(seen["score"]) == len(seen["echo"]) == 2

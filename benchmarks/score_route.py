@@ -32,7 +32,7 @@ import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import loads_text, paired_lines, rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -161,7 +161,8 @@ def main() -> None:
         proc.wait()
     figures = table(seen, args)
     load_after = load()  # read once: the load printed is the one written
-    print(f"totals agree within {args.atol}: {agree}; load before {load_before}, after {load_after}")
+    loads = f"load before {loads_text(load_before)}, after {loads_text(load_after)}"
+    print(f"totals agree within {args.atol}: {agree}; {loads}")
     config = vars(args) | {"json": None}
     report = {"config": config, "modes": figures, "agree": agree, "load": [load_before, load_after]}
     if args.json is not None:

@@ -51,7 +51,7 @@ def test_the_load_printed_is_the_load_written(route, monkeypatch, tmp_path, caps
     # the load after the run was read once for the printed line and again for the JSON: two
     # readings seconds apart, so the file could hold a load the run never printed
     readings = itertools.count(1)
-    monkeypatch.setattr(route, "load", lambda: [float(next(readings))] * 3)
+    monkeypatch.setattr(route, "load", lambda: [next(readings) + 0.125] * 3)
     proc = SimpleNamespace(pid=0, terminate=lambda: None, wait=lambda: None)
     monkeypatch.setattr(route, "serve_process", lambda *args: (proc, "http://fake"))
     monkeypatch.setattr(route, "cpu_seconds", lambda pid: 0.0)
@@ -60,7 +60,9 @@ def test_the_load_printed_is_the_load_written(route, monkeypatch, tmp_path, caps
     monkeypatch.setattr(sys, "argv", ["score_route.py", "--smoke", "--json", str(out)])
     route.main()
     before, after = json.loads(out.read_text())["load"]
-    assert f"load before {before}, after {after}" in capsys.readouterr().out
+    assert before == [1.125] * 3 and after == [2.125] * 3
+    # two decimals, as /proc/loadavg gave them: os.getloadavg's own printed as 6.49169921875
+    assert "load before 1.12 1.12 1.12, after 2.12 2.12 2.12" in capsys.readouterr().out
 
 
 def test_each_way_is_read_against_score_trial_by_trial(route, capsys):

@@ -1,8 +1,9 @@
 """What produced a benchmark's figures, for its JSON: the command, the code (its digest, and the
-git commit where it runs from a checkout) and the machine (CPU model, AVX-512 or not, torch
-threads). Figures without these cannot be set beside another run's: a speed-up measured on
-an AVX-512 machine, or at another commit, says nothing of this one. `write_figures` is how every
-script under benchmarks/ writes its ``--json``: with that block, strict, written whole."""
+git commit where it runs from a checkout, and whether that checkout had changes not committed)
+and the machine (CPU model, AVX-512 or not, torch threads). Figures without these cannot be set
+beside another run's: a speed-up measured on an AVX-512 machine, or at another commit, says
+nothing of this one. `write_figures` is how every script under benchmarks/ writes its
+``--json``: with that block, strict, written whole."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Provenance:
     command: list[str]
     code: str  # `code_digest`: the package's files and any plugin's, one per version of the code
     commit: str | None  # None: not run from a git checkout of the package
+    dirty: bool | None  # tracked files changed on top of ``commit`` (None: no commit to be on)
     machine: Machine
 
     def to_json(self) -> dict[str, object]:
@@ -50,7 +52,8 @@ def provenance(command: list[str], torch_threads: int | None) -> Provenance:
     """This process's: its ``command`` (every word) and torch's thread count where torch computes
     (`loaded_torch_threads`)."""
     machine = Machine(processor_name(), os.cpu_count(), avx512(), torch_threads, platform.platform())
-    return Provenance(command, code_digest(), git_commit(), machine)
+    commit = git_commit()
+    return Provenance(command, code_digest(), commit, None if commit is None else _dirty(PACKAGE), machine)
 
 
 def write_figures(path: str | Path, figures: dict[str, Any]) -> None:
@@ -104,17 +107,30 @@ def avx512(cpuinfo: Path = CPUINFO) -> bool | None:
 def git_commit(package: Path = PACKAGE) -> str | None:
     """The commit checked out where the package is a checkout's own ``radixflow/`` (an installed
     copy inside another repository, a venv in a project, is not that project's commit)."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel", "HEAD"],
-            cwd=package,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired):  # no git installed, or one that hangs
-        return None
-    said = done.stdout.split()
-    if done.returncode != 0 or len(said) != 2 or Path(said[0]).resolve() != package.parent:
+    done = _git(package, "rev-parse", "--show-toplevel", "HEAD")
+    said = done.stdout.split() if done is not None else []
+    if done is None or done.returncode != 0 or len(said) != 2 or Path(said[0]).resolve() != package.parent:
         return None
     return said[1]
+
+
+def git_dirty(package: Path = PACKAGE) -> bool | None:
+    """Whether the checkout `git_commit` names has changes to its tracked files not committed
+    (figures measured on an edited tree are not that commit's; an untracked file is no code that
+    ran); None where it names no commit."""
+    return None if git_commit(package) is None else _dirty(package)
+
+
+def _dirty(package: Path) -> bool | None:
+    done = _git(package, "status", "--porcelain", "--untracked-files=no")
+    return None if done is None or done.returncode != 0 else bool(done.stdout.strip())
+
+
+def _git(package: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """``git ARGS`` run in ``package``; None where git cannot run (not installed, or it hangs)."""
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=package, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from radixflow.bench.provenance import FORMAT, Machine, avx512, provenance, write_figures
+from radixflow.bench.provenance import FORMAT, Machine, avx512, git_dirty, provenance, write_figures
 from radixflow.cli import main
 
 SMALL = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
@@ -77,3 +78,27 @@ def test_figures_must_be_an_object_to_carry_their_run(tmp_path):
     with pytest.raises(TypeError, match="list"):
         write_figures(tmp_path / "out.json", [1, 2])  # type: ignore[arg-type]
     assert not (tmp_path / "out.json").exists()
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True
+    )
+
+
+def test_a_checkout_with_changes_not_committed_says_so(tmp_path):
+    # the run named the commit checked out, whatever was changed on top of it: figures measured on
+    # an edited tree read as that commit's (a benchmark script is not in the code digest either)
+    package = tmp_path / "radixflow"
+    package.mkdir()
+    (package / "a.py").write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "radixflow/a.py")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    assert git_dirty(package) is False
+    (tmp_path / "notes.txt").write_text("untracked: not the code that ran\n")
+    assert git_dirty(package) is False
+    (package / "a.py").write_text("x = 2\n")
+    assert git_dirty(package) is True
+    assert git_dirty(tmp_path / "elsewhere") is None  # no checkout: unknown
+    assert "dirty" in provenance(["radixflow", "bench"], torch_threads=None).to_json()

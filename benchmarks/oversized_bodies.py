@@ -15,9 +15,10 @@ and long bodies tokenize in their own lane. Two loads:
 Each loaded sample is paired with an idle one taken just after it, once every oversized body has
 its answer, so a machine whose load drifts during the run (other work on its cores) shifts both
 alike. Prints the median and worst latency of each and the ratio of medians to the interleaved
-idle ones, the machine's load average, and the CPU seconds each party spent per oversized body
-(the server's event-loop thread, the oversized clients); writes JSON. Acceptance (issue 28):
-within 2x of idle with 8 oversized bodies in flight.
+idle ones (and sample by sample: each over its idle one, [min, median, max]), the machine's
+load average, and the CPU seconds each party spent per oversized body (the server's event-loop
+thread, the oversized clients); writes JSON. Acceptance (issue 28): within 2x of idle with 8
+oversized bodies in flight.
 
 The oversized clients send a request they were handed as bytes (headers and body, encoded once)
 over a plain socket, so they cost the shared cores little beside the server; their processes
@@ -57,6 +58,7 @@ class Load:
     max_ms: float
     idle_median_ms: float  # the idle samples taken between this load's ones
     ratio: float  # median / idle_median
+    ratio_paired: list[float]  # each sample over its idle one, taken just after: [min, median, max]
     oversized_answers: int
     oversized_statuses: list[int]
     loop_cpu_ms_per_body: float  # the server's event-loop thread (the sink's process, for a sink)
@@ -124,11 +126,20 @@ def load(
         round(1000 * max(times), 2),
         round(1000 * idle_median, 2),
         round(median / idle_median, 2),
+        [round(r, 2) for r in paired_ratio(times, idle)],
         len(seen),
         sorted(set(seen)),
         round(loop_cpu * per_body, 2),
         round(clients_cpu * per_body, 2),
     )
+
+
+def paired_ratio(times: list[float], idle: list[float]) -> list[float]:
+    """Each loaded sample over the idle one taken just after it (the two under one load), their
+    [min, median, max]: what the ratio of the medians is read against. [] where no idle sample
+    took a measurable time."""
+    ratios = [t / i for t, i in zip(times, idle, strict=True) if i > 0]
+    return [min(ratios), statistics.median(ratios), max(ratios)] if ratios else []
 
 
 def loaded(conn: Connection, i: int, sync: dict[str, Any], clients: int, flood: bool) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
 
@@ -27,3 +29,11 @@ def test_zero_samples_is_one_line_before_the_server_starts(bench, monkeypatch, c
         bench.main()
     assert exc.value.code == 2
     assert "argument --samples: must be positive, got 0" in capsys.readouterr().err
+
+
+def test_the_ratio_to_idle_is_also_paired_sample_by_sample(bench):
+    # only the ratio of two medians: each loaded sample has its idle one taken just after it (the
+    # pair under one load), and the spread of those ratios was never given
+    assert bench.paired_ratio([0.2, 0.9, 0.3], [0.1, 0.3, 0.3]) == [1.0, 2.0, 3.0]  # min, median, max
+    assert bench.paired_ratio([0.2], [0.0]) == []  # an idle sample too short to time: no ratio
+    assert "ratio_paired" in {f.name for f in fields(bench.Load)}

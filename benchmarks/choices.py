@@ -23,7 +23,6 @@ that the N calls give exactly the N choices of one ``n`` call.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import time
@@ -31,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
@@ -111,7 +110,7 @@ def report(
     print(
         f"{args.model}: one prompt of {args.context_len} tokens, n = {args.n} choices of "
         f"{args.gen_tokens} tokens; medians of {args.repeat}; "
-        f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}"
+        f"load average {loads_text(load_before)} -> {loads_text(load_after)}"
     )
     print(f"{'mode':8s} {'cpu s':>7s} {'spread':>13s} {'x n':>6s}")
     for m, r in rows.items():
@@ -130,9 +129,9 @@ def main() -> None:
     rng = random.Random(0)
     modes = runs(llm, params, args.context_len, rng)
     modes["n"]()  # warm-up: first calls build kernels and plans
-    load_before = os.getloadavg()
+    load_before = loads_now()
     seconds = cpu_seconds(modes, args.repeat)
-    load_after = os.getloadavg()
+    load_after = loads_now()
     same = same_choices(llm, params, [rng.randrange(3, VOCAB) for _ in range(args.context_len)])
     rows = figures(seconds)
     report(args, rows, seconds, (load_before, load_after), same)

@@ -20,7 +20,6 @@ file runs against an older checkout to give a before/after comparison.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -30,7 +29,7 @@ import torch
 from torch import nn
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, load_text, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -159,11 +158,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     results = []
     for name in args.models:
-        load = os.getloadavg()[0]
+        load = load_now()
         res = bench(name, args.batches, args.context, args.repeats, args.saves == "own")
-        res.update(saves=args.saves, load=[load, os.getloadavg()[0]])
+        res.update(saves=args.saves, load=[load, load_now()])
         results.append(res)
-        print(f"{name} ({res['layers']}), saves={args.saves}, threads={args.threads}, load={load:.2f}")
+        print(f"{name} ({res['layers']}), saves={args.saves}, threads={args.threads}, load={load_text(load)}")
         for b, row in res["batches"].items():
             cells = "  ".join(
                 f"{k}={v:8.1f}"

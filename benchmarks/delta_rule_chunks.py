@@ -16,7 +16,6 @@ segments token by token in one C call) where the library builds here: the backen
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_text, loads_now, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.kernels.backend import resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
@@ -165,10 +164,10 @@ def main() -> None:
     if args.smoke:
         args.heads, args.dk, args.dv, args.repeats = 2, 16, 16, 1
     torch.set_num_threads(1)
-    load_before = list(os.getloadavg())
+    load_before = loads_now()
     print(
         f"heads {args.heads}, dk {args.dk}, dv {args.dv}; thread-CPU ms, median (min-max) of "
-        f"{args.repeats}; load average {load_before[0]:.2f} before"
+        f"{args.repeats}; load average {load_text(load_before and load_before[0])} before"
     )
     native = native_kernels()
     results = [run_case(name, lengths, args, native) for name, lengths in cases.items()]
@@ -183,8 +182,8 @@ def main() -> None:
         f"always 64 {total['64']:.1f} ms"
         + (f", native {total['native']:.1f} ms" if native is not None else " (no native kernels here)")
     )
-    load_after = list(os.getloadavg())
-    print(f"load average {load_after[0]:.2f} after")
+    load_after = loads_now()
+    print(f"load average {load_text(load_after and load_after[0])} after")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     run = {
         "args": {k: str(v) for k, v in vars(args).items()},

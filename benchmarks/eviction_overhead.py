@@ -14,7 +14,6 @@ the machine's load average before and after.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import load_now, load_text, paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.problems import ProblemError, flag
@@ -104,7 +103,7 @@ def main() -> None:
 def run_from_args(args: argparse.Namespace) -> None:
     if args.smoke:
         args.waiting, args.rounds, args.repeat = [200], 5, 1
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
     result["per_round"] = {}
     for waiting in args.waiting:
@@ -124,7 +123,7 @@ def run_from_args(args: argparse.Namespace) -> None:
 def _print(result: dict) -> None:
     m = result["machine"]
     before, after = m["load_1min_before"], m["load_1min_after"]
-    print(f"{m['cpus']} CPUs, load average (1 min) {before:.1f} before, {after:.1f} after")
+    print(f"{m['cpus']} CPUs, load average (1 min) {load_text(before)} before, {load_text(after)} after")
     table = Table(title=f"scheduler + eviction CPU per round ({result['policy']}), full cache")
     for col in ("waiting", "variant", "median ms", "x lru", "runs ms"):
         table.add_column(col)

@@ -23,7 +23,6 @@ float32 run (``--dtype float32``) is the exact comparison.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, load_text, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
@@ -262,7 +261,7 @@ def main() -> int:
     hf_logging.disable_progress_bar()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {device} ({name}), dtype {dtype}", flush=True)
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     results = []
     for model in args.models:
         results.append({"model": model, "rows": measure_model(model, args, device, dtype)})
@@ -278,7 +277,7 @@ def main() -> int:
     }
     m = meta["machine"]
     before, after = m["load_1min_before"], m["load_1min_after"]
-    print(f"{m['cpus']} CPUs, load average (1 min) {before:.1f} before, {after:.1f} after")
+    print(f"{m['cpus']} CPUs, load average (1 min) {load_text(before)} before, {load_text(after)} after")
     write_figures(args.json, {**meta, "results": results})
     print(f"wrote {args.json}")
     return 0

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import load_now, load_text, paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
@@ -93,11 +92,11 @@ def measure(
     runs: dict[tuple[str, str], list[Run]] = {(p, m): [] for p in placements for m in modes}
     for placement, mode in runs:  # the warm-up: its figures are dropped
         modes[mode](setup.engine(placement=placement), requests)
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     for trial in range(repeat):
         for placement, mode in rotated(list(runs), trial):
             runs[placement, mode].append(modes[mode](setup.engine(placement=placement), requests))
-    load_after = os.getloadavg()[0]
+    load_after = load_now()
     prompt_tokens = sum(len(r.prompt) for r in requests)
     out: dict[str, object] = {"load_1min": [load_before, load_after]}
     for placement in placements:
@@ -203,7 +202,8 @@ def run_from_args(args: argparse.Namespace) -> None:
         f"candidates, {spec.context_len}+{spec.candidate_len} tokens · engine time = {clock}"
     )
     before, after = results["load_1min"]  # type: ignore[misc]
-    print(f"times: the minimum of {args.repeat}; load average (1 min) {before:.2f} before, {after:.2f} after")
+    loads = f"load average (1 min) {load_text(before)} before, {load_text(after)} after"
+    print(f"times: the minimum of {args.repeat}; {loads}")
     print(
         f"{'placement':<10}{'mode':<12}{'engine s':>10}{'wall s':>9}{'rounds':>8}"
         f"{'reused':>9}{'computed':>10}  exact  wall runs s"

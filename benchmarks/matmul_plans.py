@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, load_text, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -105,9 +104,9 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
             diff = (first[k] - first["mkl"]).abs().max().item()
             cells.append(f"{k} {rate} ({spread}; max |Δlogit| vs mkl {diff:.1e})")
             figures[k] = {"median_s": med, "min_s": low, "max_s": high, "max_dlogit_vs_mkl": diff}
-        load = os.getloadavg()[0]  # read once: the figure printed is the one written
+        load = load_now()  # read once: the figure printed is the one written
         result["cases"][case] = {"load_1min": load, "plans": figures}  # type: ignore[index]
-        print(f"  {case:9s}: " + "  ".join(cells) + f"  load {load:.2f}", flush=True)
+        print(f"  {case:9s}: " + "  ".join(cells) + f"  load {load_text(load)}", flush=True)
     return result
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from radixflow.bench.oversized_clients import listening, post_bytes, sender, sender_sync, short, sink, timer
 from radixflow.bench.provenance import write_figures
+from radixflow.bench.spread import load_now
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -53,7 +54,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass(frozen=True)
 class Load:
     target: str  # where the oversized bodies went: "server", or "sink" (--sink)
-    load_average: float  # the machine's 1-minute load average as this load began
+    load_average: float | None  # the machine's 1-minute load average as this load began
     median_ms: float
     max_ms: float
     idle_median_ms: float  # the idle samples taken between this load's ones
@@ -99,7 +100,7 @@ def load(
     ]
     seen: list[int] = []
     times, idle = [], []
-    load_average = os.getloadavg()[0]
+    load_average = load_now()
     loop_cpu = cpu_s(loop_stat)
     try:
         for p in procs:
@@ -121,7 +122,7 @@ def load(
     per_body = 1000 / max(1, len(seen))
     return Load(
         "server" if loop_stat.startswith("/proc/self/") else "sink",
-        round(load_average, 2),
+        None if load_average is None else round(load_average, 2),
         round(1000 * median, 2),
         round(1000 * max(times), 2),
         round(1000 * idle_median, 2),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import shutil
 import statistics
@@ -34,7 +33,7 @@ from types import SimpleNamespace
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines
+from radixflow.bench.spread import load_now, paired_lines
 from radixflow.cli.args import positive_int
 
 HERE = Path(__file__).resolve().parents[1]
@@ -191,10 +190,10 @@ def main() -> None:
     try:  # a failed run must not leave a whole radixflow copy behind, nor on sys.path
         base_package(args.base, tmp)
         sys.path.insert(0, str(tmp))
-        results = {"base": str(args.base), "load_before": os.getloadavg()[0], "rows": []}
+        results = {"base": str(args.base), "load_before": load_now(), "rows": []}
         for model in args.models:
             results["rows"] += measure(model, args)
-        results["load_after"] = os.getloadavg()[0]
+        results["load_after"] = load_now()
     finally:
         if str(tmp) in sys.path:
             sys.path.remove(str(tmp))

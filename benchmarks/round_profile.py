@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -43,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from radixflow.bench.provenance import git_commit, write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, load_text, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
@@ -248,9 +247,9 @@ def main() -> None:
         "commit": (git_commit() or "unknown")[:SHORT],  # kept for older readers: run.commit whole
         "threads": args.threads,
         "kernels": args.kernels,
-        "load_before": os.getloadavg()[0],
+        "load_before": load_now(),
     }
-    print(f"commit {meta['commit']}, threads={args.threads}, load={meta['load_before']:.2f}")
+    print(f"commit {meta['commit']}, threads={args.threads}, load={load_text(meta['load_before'])}")
     results = []
     for kind in args.kinds:
         res = bench(kind, models[kind], args)
@@ -264,7 +263,7 @@ def main() -> None:
                 f"{row['non_gemm_share']:>9.0%}  {top}",
                 flush=True,
             )
-    meta["load_after"] = os.getloadavg()[0]
+    meta["load_after"] = load_now()
     if args.json:
         write_figures(args.json, {**meta, "results": results})
 

@@ -18,7 +18,6 @@ comparison (prefill, decode, scoring in one run) is generation_throughput.py.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
+from radixflow.bench.spread import load_now, loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
@@ -166,7 +165,7 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     print(f"threads={args.threads}; loadavg {loads_text(loads_now())}")
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import paired_lines, rotated
+from radixflow.bench.spread import load_now, load_text, paired_lines, rotated
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
@@ -182,10 +182,10 @@ def per_round_repeated(waiting: list[int], rounds: int, repeat: int) -> dict[str
     return out
 
 
-def machine(load_before: float) -> dict[str, float | int | None]:
+def machine(load_before: float | None) -> dict[str, float | int | None]:
     """The machine's CPUs and 1-minute load average before and now: CPU timings on a shared
     machine read beside the load they were taken under."""
-    return {"cpus": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}
+    return {"cpus": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": load_now()}
 
 
 def main() -> None:
@@ -203,7 +203,7 @@ def main() -> None:
     if args.smoke:
         args.waiting, args.runs, args.blocked, args.rounds, args.repeat = [200], [500], [100], 5, 1
     console = Console()
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     config = plan_engine(OPTIONS).scheduler_config()
     result: dict = {"config": config.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
     for policy in POLICIES:
@@ -224,8 +224,8 @@ def main() -> None:
 
 def _print(result: dict, console: Console) -> None:
     m = result["machine"]
-    console.print(f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before, "
-                  f"{m['load_1min_after']:.1f} after")  # fmt: skip
+    console.print(f"{m['cpus']} CPUs, load average (1 min) {load_text(m['load_1min_before'])} before, "
+                  f"{load_text(m['load_1min_after'])} after")  # fmt: skip
     table = Table(title="scheduler CPU per round, cache full and evicting (ms, medians over repeats)")
     for col in ("policy", "waiting", "median", "runs", "p99", "× radixflow", "cache full"):
         table.add_column(col, justify="right")

@@ -32,6 +32,7 @@ import httpx
 from radixflow.bench.provenance import write_figures
 from radixflow.bench.serve_clients import Outcome, make_traffic, run_clients
 from radixflow.bench.serve_summary import show, summarize
+from radixflow.bench.spread import load_now
 from radixflow.cli.args import float_arg, positive_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -126,7 +127,7 @@ def measured(args: argparse.Namespace) -> tuple[list[Outcome], dict[str, object]
     traffic = make_traffic(
         args.model, args.groups, args.candidates, args.context_sentences, args.chat_share, args.chat_tokens
     )
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     server, url = start_server(args)
     try:
         cpu_before = cpu_seconds(server.pid)
@@ -139,7 +140,7 @@ def measured(args: argparse.Namespace) -> tuple[list[Outcome], dict[str, object]
         summary["machine"] = {
             "cpus": os.cpu_count(),
             "load_1min_before": load_before,
-            "load_1min_after": os.getloadavg()[0],
+            "load_1min_after": load_now(),
         }
     finally:
         stop_server(server)

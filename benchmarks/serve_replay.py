@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import random
 import statistics
@@ -30,6 +29,7 @@ import torch
 
 from radixflow.bench.provenance import write_figures
 from radixflow.bench.serve_clients import make_traffic
+from radixflow.bench.spread import load_now, load_text
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
 from radixflow.generation.params import SamplingParams
@@ -132,7 +132,7 @@ def measure(model: LoadedModel, args: argparse.Namespace) -> tuple[dict, cProfil
     """Fill the engine with ``args.clients`` clients, run ``args.fill`` rounds, then time
     ``args.rounds`` more: the figures, and the profile of the timed rounds where asked for."""
     engine = model.engine()
-    load_before = os.getloadavg()[0]
+    load_before = load_now()
     clients = Clients(model, engine, args.clients)
     for i in range(args.clients):
         clients.send(i)
@@ -167,8 +167,8 @@ def report(figures: dict) -> None:
     m, rounds, done = figures["machine"], figures["rounds"], figures["requests"]
     wall, cpu, queued = figures["wall_s"], figures["cpu_s"], figures["run_queue_s"]
     print(
-        f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before,"
-        f" {m['load_1min_after']:.1f} after"
+        f"{m['cpus']} CPUs, load average (1 min) {load_text(m['load_1min_before'])} before,"
+        f" {load_text(m['load_1min_after'])} after"
     )
     if rounds:
         print(

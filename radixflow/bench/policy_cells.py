@@ -6,7 +6,6 @@ computed again on another profile (`resimulated`)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from radixflow.bench.metrics import summarize
 from radixflow.bench.policy_tables import acceptance, in_band, relative
 from radixflow.bench.round_log import RoundLog
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, rotated
 from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sim_figures
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request
@@ -56,7 +55,7 @@ def interleaved(
     for repeat, requests in enumerate(runs):
         for policy in rotated(POLICIES, repeat):
             log.label.update(policy=policy, repeat=repeat)
-            trials[policy].loads.append(os.getloadavg()[0])
+            trials[policy].loads.append(load_now())
             engine, tape = run_one(setup, policy, requests, taped=True)
             trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
             trials[policy].tapes.append(tape)
@@ -78,6 +77,11 @@ def runner_about(setup: EngineSetup) -> dict[str, object]:
         "matmul": None if matmul is None else matmul.plan.describe(),
         "predictor_prior": getattr(predictor, "source", None),
     }
+
+
+def _range(values: list[float]) -> list[float] | None:
+    """[min, max] of ``values``; None where there are none."""
+    return [min(values), max(values)] if values else None
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -109,7 +113,7 @@ def real_figures(t: Trials, pooled: bool = False) -> dict[str, object]:
         "identical_to_no_cache": all(r.failed == 0 and r.agreement == 1.0 for r in rs),
         "outputs_sha256": sorted({r.outputs_sha256 for r in rs}),
         "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
-        "load_1min": [min(t.loads), max(t.loads)],
+        "load_1min": _range([x for x in t.loads if x is not None]),  # none: the platform has none
     }
 
 

@@ -44,6 +44,11 @@ def loads_text(loads: Sequence[float] | None) -> str:
     return "n/a" if loads is None else " ".join(f"{x:.2f}" for x in loads)
 
 
+def load_text(load: float | None) -> str:
+    """`load_now`'s reading for the console: "0.51", or "n/a" where there is none."""
+    return "n/a" if load is None else f"{load:.2f}"
+
+
 def load_now() -> float | None:
     """The 1-minute load average; None where the platform has none (Windows)."""
     loads = loads_now()

@@ -66,7 +66,7 @@ class Trials:
     """One policy's runs of one cell, in the order they ran (one entry per run in each list)."""
 
     results: list[PolicyResult] = field(default_factory=list)
-    loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
+    loads: list[float | None] = field(default_factory=list)  # 1-minute load average as each began
     tapes: list[RoundTape] = field(default_factory=list)  # each run's rounds (waves, state copies)
 
 

@@ -4,6 +4,7 @@ medians, printed and in the JSON alike."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from types import SimpleNamespace
 
@@ -26,7 +27,7 @@ def test_each_length_has_its_spread_beside_its_median(chunks):
 def test_the_load_average_is_printed_and_written(chunks, monkeypatch, tmp_path, capsys):
     out = tmp_path / "out.json"
     monkeypatch.setattr(chunks, "native_kernels", lambda: None)
-    monkeypatch.setattr(chunks.os, "getloadavg", lambda: (1.25, 2.5, 3.75))
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.25, 2.5, 3.75))
     monkeypatch.setattr(sys, "argv", ["delta_rule_chunks.py", "--smoke", "--json", str(out)])
     chunks.main()
     run = json.loads(out.read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -48,7 +49,7 @@ def test_each_mode_keeps_every_repeat_and_the_run_its_load(lone, monkeypatch):
     batch, one = iter([9.0, 1.0, 0.5]), iter([9.0, 3.0, 2.0])  # the modes take turns first: one each
     monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(batch)))
     monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(one)))
-    monkeypatch.setattr(lone.os, "getloadavg", lambda: (2.5, 3.0, 3.5))
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 3.0, 3.5))
     out = lone.measure(_setup({"a": 7}), [], ["branch"], 2)
     assert out["branch"]["batch"]["wall_runs_s"] == [1.0, 0.5]
     assert out["branch"]["one_by_one"]["engine_runs_s"] == [3.0, 2.0]

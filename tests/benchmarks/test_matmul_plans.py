@@ -4,6 +4,7 @@ and each plan's spread beside its median."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -17,7 +18,7 @@ def plans():
 
 def test_each_case_writes_the_load_it_prints_and_each_plans_spread(plans, monkeypatch, tmp_path, capsys):
     out = tmp_path / "out.json"
-    monkeypatch.setattr(plans.os, "getloadavg", lambda: (1.5, 2.0, 2.5))
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 2.0, 2.5))
     monkeypatch.setattr(sys, "argv", ["matmul_plans.py", "--smoke", "--json", str(out)])
     plans.main()
     assert "load 1.50" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
 from radixflow.bench.provenance import Provenance
-from radixflow.bench.spread import Load
+from radixflow.bench.spread import Load, rotated
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
@@ -157,16 +157,17 @@ def run_policies(
     trials: Trials | None = None,
     on_reference: Callable[[], None] | None = None,
 ) -> list[PolicyRun]:
-    """Each policy ``repeats`` times, interleaved, each on a fresh engine from ``engines``; timings
-    are reported as medians over repeats. ``placement`` None: each policy's own. With a trace,
-    each engine is a process of it named after its policy run. ``trials``: where each finished
-    trial goes as it ends (what a run cut short keeps), empty as given. ``on_reference``: called
-    as each request's no-cache reference is done, before any policy runs (`reference_tokens`)."""
+    """Each policy ``repeats`` times, interleaved, each first in turn (`rotated`), each on a fresh
+    engine from ``engines``; timings are reported as medians over repeats. ``placement`` None:
+    each policy's own. With a trace, each engine is a process of it named after its policy run.
+    ``trials``: where each finished trial goes as it ends (what a run cut short keeps), empty as
+    given. ``on_reference``: called as each request's no-cache reference is done, before any
+    policy runs (`reference_tokens`)."""
     scheduler = engines.scheduler
     reference = reference_tokens(engines.runner, requests, on_reference)
     trials = Trials(policies, repeats) if trials is None else trials
-    for _ in range(repeats):
-        for policy in policies:
+    for repeat in range(repeats):
+        for policy in rotated(policies, repeat):  # each first in turn: drift falls on each alike
             ran = _placement(placement, policy, engines.runner.model.has_recurrent)
             label = _label(policy, ran, repeats, trials.count(policy))
             engine = engines.engine(policy, placement, label=label)

@@ -160,8 +160,10 @@ def test_a_repeated_timing_is_the_median_of_the_trials_that_have_one_whatever_th
 
 
 def test_repeats_run_interleaved_trial_by_trial_so_each_trials_ratio_is_a_pair():
-    """(a, b, a, b), never (a, a, b, b): trial t of every policy runs side by side, under one
-    load, which the paired ratios under the table (`ratio_lines`) take for granted."""
+    """(a, b, b, a), never (a, a, b, b): trial t of every policy runs side by side, under one
+    load, which the paired ratios under the table (`ratio_lines`) take for granted; and each
+    policy first in turn (`rotated`): in (a, b, a, b) whatever the turn before left (a busy
+    spell, a grown heap) fell on b alone."""
     requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
     labels: list[str | None] = []
 
@@ -172,4 +174,4 @@ def test_repeats_run_interleaved_trial_by_trial_so_each_trials_ratio_is_a_pair()
 
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     run_policies(requests, Recording(runner, SchedulerConfig()), ["native", "adaptive"], None, repeats=2)
-    assert labels == ["native · branch #1", "adaptive · lone #1", "native · branch #2", "adaptive · lone #2"]
+    assert labels == ["native · branch #1", "adaptive · lone #1", "adaptive · lone #2", "native · branch #2"]

@@ -84,3 +84,19 @@ def test_the_speedups_are_also_paired_repeat_by_repeat(bench, monkeypatch, capsy
     assert row["speedup_vs_sequential_runs"] == [4.0, 4.0]
     bench.print_paired(row)
     assert "transformers: +50.0% to +200.0%, median +125.0% over 2 trials" in capsys.readouterr().out
+
+
+def test_each_side_is_warmed_up_on_the_batch_it_is_timed_on(bench, monkeypatch):
+    # the warm-up ran ours and transformers on the first prompt alone and one by one not at all:
+    # the first timed repeat paid the one-time costs of the batch's own shapes (oneDNN's
+    # primitives are made per shape)
+    sizes: list[int] = []
+    plain = bench.ours_forward
+
+    def ours_forward(model, prompts, *args):  # type: ignore[no-untyped-def]
+        sizes.append(len(prompts))
+        return plain(model, prompts, *args)
+
+    monkeypatch.setattr(bench, "ours_forward", ours_forward)
+    bench.bench_family("qwen3_5", [8, 4], 1, "tiny")
+    assert sizes == [2, 2]  # the warm-up, then the one timed repeat

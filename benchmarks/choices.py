@@ -11,11 +11,12 @@ tokens each, through `LLM`, three ways:
 * ``prompts``: ONE call with N different prompts of the same length (nothing to share): what the
   choices would cost if the prompt were computed for each.
 
-Every run draws a fresh prompt, so nothing is cached from an earlier run; modes are interleaved,
-their order rotated per repeat; reported per mode: median CPU time of this process (one torch
-thread unless ``--torch-threads``), the spread (min-max), the ratio to ``n`` (of the medians,
-and repeat by repeat: its range and median), and the machine's load average. ``same`` checks
-that the N calls give exactly the N choices of one ``n`` call.
+Every run draws a fresh prompt, so nothing is cached from an earlier run; each mode runs once
+untimed first (a warm-up), then the modes are interleaved, their order rotated per repeat;
+reported per mode: median CPU time of this process (one torch thread unless ``--torch-threads``),
+the spread (min-max), the ratio to ``n`` (of the medians, and repeat by repeat: its range and
+median), and the machine's load average. ``same`` checks that the N calls give exactly the N
+choices of one ``n`` call.
 
     python benchmarks/choices.py --json results/choices.json
 """
@@ -128,7 +129,8 @@ def main() -> None:
     )
     rng = random.Random(0)
     modes = runs(llm, params, args.context_len, rng)
-    modes["n"]()  # warm-up: first calls build kernels and plans
+    for run in modes.values():  # warm-up, every mode: first calls build kernels and plans, per shape
+        run()
     load_before = loads_now()
     seconds = cpu_seconds(modes, args.repeat)
     load_after = loads_now()

@@ -1,8 +1,8 @@
 """One call per candidate against one batch of the same candidates (issue 31, item 3).
 
-K candidates share one context (``--context-len`` tokens, then ``--candidate-len`` tokens of
-their own). Each is asked for in three ways, through `LLM` and through `radixflow serve` (a
-process of its own on a loopback port, the client here):
+K candidates share one context (``--context-len`` tokens, then ``--candidate-len`` tokens of their
+own). Each is asked for in three ways, through `LLM` and through `radixflow serve` (a process of its
+own on a loopback port, the client here):
 
 * ``batch``: ONE call carrying all K prompts;
 * ``sequential``: K calls one after another, each sent once the one before it has answered (as a
@@ -13,11 +13,12 @@ process of its own on a loopback port, the client here):
 Two kinds of call: ``score`` (max_tokens=0 and the prompt's logprobs: ``echo`` with ``logprobs=0``
 on the server) and ``gen`` (``--gen-tokens`` greedy tokens). Every run draws a fresh context, so
 each computes the same tokens (context once, every candidate once) and nothing is cached from an
-earlier run. Modes are interleaved, their order rotated per repeat; reported per mode: median wall
-time, its spread (min-max), median CPU time (this process's for `LLM`, the server process's for the
-server: less disturbed than wall time on a shared machine), the ratio of each to ``batch`` (of
-the medians, and repeat by repeat: its range and median), the machine's load average, and
-whether every mode's greedy tokens equal the batch's (prompt logprobs within ``--atol``).
+earlier run. Each mode runs once untimed first (a warm-up), then the modes are interleaved, their
+order rotated per repeat; reported per mode: median wall time, its spread (min-max), median CPU time
+(this process's for `LLM`, the server process's for the server: less disturbed than wall time on a
+shared machine), the ratio of each to ``batch`` (of the medians, and repeat by repeat: its range and
+median), the machine's load average, and whether every mode's greedy tokens equal the batch's
+(prompt logprobs within ``--atol``).
 
     python benchmarks/per_candidate.py --json results/per_candidate.json
     python benchmarks/per_candidate.py --models qwen3_5-small --candidates 32 --doors llm
@@ -78,12 +79,6 @@ def fresh_prompts(rng: random.Random, shape: Shape) -> list[list[int]]:
         context + [rng.randrange(1, shape.vocab) for _ in range(shape.candidate_len)]
         for _ in range(shape.candidates)
     ]
-
-
-def load() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages (None: the platform has none)."""
-    loads = loads_now()
-    return None if loads is None else list(loads)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -217,10 +212,18 @@ def _agree(got: list[Answer], ref: list[Answer], atol: float) -> bool:
     return True
 
 
+def warm_up(calls: dict[str, dict[str, Call]], shape: Shape) -> None:
+    """Every mode of every kind once, untimed, each on fresh prompts (none cached): one-time costs
+    (kernel plans, made per shape) fall on no timed run."""
+    rng = random.Random(-1)
+    for call in (call for modes in calls.values() for call in modes.values()):
+        call(fresh_prompts(rng, shape))
+
+
 def run_llm(model: str, shape: Shape, args: argparse.Namespace) -> dict[str, dict[str, ModeFigures]]:
     llm = LLM(model, torch_threads=args.torch_threads, seed=0)
     calls = {kind: llm_calls(llm, kind, shape.gen_tokens) for kind in args.kinds}
-    calls[args.kinds[0]]["batch"](fresh_prompts(random.Random(-1), shape))  # warm-up
+    warm_up(calls, shape)
     return {
         k: measure(c, shape, args.repeat, time.process_time, args.atol, args.seed) for k, c in calls.items()
     }
@@ -231,7 +234,7 @@ def run_server(model: str, shape: Shape, args: argparse.Namespace) -> dict[str, 
     try:
         with httpx.Client(base_url=url, timeout=600, limits=httpx.Limits(max_connections=256)) as http:
             calls = {kind: server_calls(http, model, kind, shape.gen_tokens) for kind in args.kinds}
-            calls[args.kinds[0]]["batch"](fresh_prompts(random.Random(-1), shape))  # warm-up
+            warm_up(calls, shape)
             cpu = lambda: cpu_seconds(proc.pid)  # noqa: E731
             return {k: measure(c, shape, args.repeat, cpu, args.atol, args.seed) for k, c in calls.items()}
     finally:
@@ -263,7 +266,7 @@ def main() -> None:
         args.models, args.candidates, args.context_len, args.candidate_len = ["qwen3_5-tiny"], 2, 16, 4
         args.gen_tokens, args.repeat, args.vocab = 2, 1, 100
     shape = Shape(args.candidates, args.context_len, args.candidate_len, args.gen_tokens, args.vocab)
-    load_before = load()
+    load_before = loads_now()
     results: dict[str, dict[str, object]] = {}
     print(
         f"{shape.candidates} candidates of {shape.context_len}+{shape.candidate_len} tokens "
@@ -285,10 +288,9 @@ def main() -> None:
                     print(f"{model:<18}{door:<8}{kind:<7}{mode:<12}{f.wall_s:>8.3f}{spread:>15}{f.cpu_s:>8.2f}"
                           f"{f.wall_ratio:>8.2f}{cpu_x:>7}  {f.same_as_batch}")  # fmt: skip
                 print_paired(f"{model} {door} {kind}", modes)
-    load_after = load()
+    load_after = loads_now()
     print(f"load average before {loads_text(load_before)}, after {loads_text(load_after)}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+    if args.json is not None:  # its folder: made by write_figures
         out = {"shape": asdict(shape), "repeat": args.repeat, "torch_threads": args.torch_threads,
                "load_before": load_before, "load_after": load_after, "results": results}  # fmt: skip
         write_figures(args.json, out)

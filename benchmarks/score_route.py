@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 import httpx
-from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
+from per_candidate import cpu_seconds  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import loads_text, paired_lines, rotated
+from radixflow.bench.spread import loads_now, loads_text, paired_lines, rotated
 from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
@@ -150,7 +150,7 @@ def table(seen: Seen, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     args = arguments()
-    load_before = load()
+    load_before = loads_now()
     serve = [args.model, "--torch-threads", "1", "--max-pending", str(max(64, 2 * args.candidates))]
     proc, url = serve_process(serve, 600)
     try:
@@ -160,7 +160,7 @@ def main() -> None:
         proc.terminate()
         proc.wait()
     figures = table(seen, args)
-    load_after = load()  # read once: the load printed is the one written
+    load_after = loads_now()  # read once: the load printed is the one written
     loads = f"load before {loads_text(load_before)}, after {loads_text(load_after)}"
     print(f"totals agree within {args.atol}: {agree}; {loads}")
     config = vars(args) | {"json": None}

@@ -38,14 +38,6 @@ def test_generation_throughputs_load_is_the_shared_readers(monkeypatch):
     assert paired_timing.loadavg() == "n/a"
 
 
-def test_per_candidates_load_is_the_shared_readers(monkeypatch):
-    candidates = load_benchmark("per_candidate")
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 2.5, 3.25))
-    assert candidates.load() == [1.0, 2.5, 3.25]
-    monkeypatch.delattr(os, "getloadavg")
-    assert candidates.load() is None
-
-
 # fleet_serve.py is another area's (the fleet's): it still calls os.getloadavg itself
 OWN_READERS = {"spread.py", "fleet_serve.py"}
 

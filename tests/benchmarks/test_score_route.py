@@ -51,7 +51,7 @@ def test_the_load_printed_is_the_load_written(route, monkeypatch, tmp_path, caps
     # the load after the run was read once for the printed line and again for the JSON: two
     # readings seconds apart, so the file could hold a load the run never printed
     readings = itertools.count(1)
-    monkeypatch.setattr(route, "load", lambda: [next(readings) + 0.125] * 3)
+    monkeypatch.setattr(route, "loads_now", lambda: [next(readings) + 0.125] * 3)
     proc = SimpleNamespace(pid=0, terminate=lambda: None, wait=lambda: None)
     monkeypatch.setattr(route, "serve_process", lambda *args: (proc, "http://fake"))
     monkeypatch.setattr(route, "cpu_seconds", lambda pid: 0.0)

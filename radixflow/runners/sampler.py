@@ -86,7 +86,8 @@ def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
     if p.repetition_penalty != 1 and sample.tokens:
         seen = torch.tensor(sorted(set(sample.tokens)), dtype=torch.long, device=device)
         vals = row[seen]
-        row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        penalty = float(p.repetition_penalty)  # an integer past int64 is no torch scalar
+        row[seen] = torch.where(vals > 0, vals / penalty, vals * penalty)
     generated = sample.tokens[sample.prompt_len :]
     if (p.frequency_penalty or p.presence_penalty) and generated:
         ids, counts = torch.tensor(generated, dtype=torch.long, device=device).unique(return_counts=True)

@@ -243,7 +243,11 @@ def test_a_bias_picks_the_token_while_the_reported_logprobs_stay_the_models():
     assert other.token != banned
 
 
-@pytest.mark.parametrize("penalty", [1.6e-130, 1e-30, 1e30, 1e300])
+# an integer past int64 (LLM takes one; the round failed on it: "OverflowError: int too big")
+PENALTIES = [1.6e-130, 1e-30, 1e30, 1e300, 2**64, 10**300]
+
+
+@pytest.mark.parametrize("penalty", PENALTIES, ids=["1.6e-130", "1e-30", "1e30", "1e300", "2**64", "10**300"])
 @pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_p=0.5), replace(HOT, top_k=3)])
 def test_an_extreme_penalty_still_picks_a_token(penalty, params):
     # every token seen, logits of both signs: the penalty sends some past float32's range

@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
 from radixflow.generation.params import SamplingParams, unsent_max_tokens
@@ -27,6 +27,9 @@ from radixflow.server.refused import (
 from radixflow.server.strict import INVALID, Refused, StrictBody, declaring
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+# the float fields (a bias is a float too): an integer sent to one is kept (`_as_sent`)
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty")
+FLOAT_FIELDS += ("repetition_penalty", "logit_bias")
 
 
 class StructuredOutputs(StrictBody):
@@ -87,6 +90,17 @@ class _Generate(StrictBody):
     cache_salt: str | None = None  # the namespace: requests with different salts never share a prefix
     request_id: str | None = None  # vLLM extension: the response id, unless X-Request-Id names one
     user: str | None = None  # IGNORED
+
+    @field_validator(*FLOAT_FIELDS, mode="wrap")
+    @classmethod
+    def _integers_as_sent(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """An integer a float field took, kept an integer (a bias's too): `SamplingParams` takes
+        either, and its refusal then quotes what was sent ("got -101", as `LLM` and the CLI say
+        it), not pydantic's float of it ("got -101.0")."""
+        checked = handler(value)
+        if isinstance(value, dict) and isinstance(checked, dict):
+            return {key: _as_sent(value[key], bias) for key, bias in checked.items()}
+        return _as_sent(value, checked)
 
     @field_validator("logit_bias", mode="before")
     @classmethod
@@ -258,6 +272,12 @@ def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
             raise ApiError(400, f"logit_bias: {why}", "logit_bias")
         pairs.append((int(key), value))
     return tuple(pairs)
+
+
+def _as_sent(sent: Any, checked: Any) -> Any:
+    """``sent`` where it is an integer a float field took as ``checked`` (its float), else
+    ``checked``."""
+    return sent if type(sent) is int and isinstance(checked, float) else checked
 
 
 def _finite(bias: float) -> bool:

@@ -116,7 +116,7 @@ BAD_COMPLETIONS = [
     (
         "logit_bias value",
         {"logit_bias": {"7": -101}},
-        "logit_bias: token 7's bias must be a number in [-100, 100], got -101.0",
+        "logit_bias: token 7's bias must be a number in [-100, 100], got -101",
     ),
     # said as SamplingParams and the CLI say it, not "logit_bias.5: must be a number"
     ("logit_bias text", {"logit_bias": {"5": "x"}}, 'logit_bias: token 5\'s bias must be a number, got "x"'),

@@ -305,3 +305,30 @@ def test_a_deeply_nested_value_is_checked_without_recursion(where):
     assert error["type"] == "surrogate"
     loc, path = (("messages",), "[0].x") if where == "declared" else ((), "x")
     assert error["loc"] == loc and error["ctx"]["path"] == path + "[0]" * depth
+
+
+INTEGER_FLOATS = [
+    ("temperature", -101),
+    ("top_p", 5),
+    ("min_p", 3),
+    ("presence_penalty", -101),
+    ("frequency_penalty", 7),
+    ("repetition_penalty", -1),
+    ("logit_bias", {"5": 1000}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), INTEGER_FLOATS)
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_an_integer_in_a_float_field_is_quoted_as_sent_as_the_offline_api_quotes_it(route, field, value):
+    # the body's -101 was refused as "got -101.0" (pydantic made it a float first), where
+    # SamplingParams (LLM, the CLI) says "got -101"
+    from radixflow.generation.params import SamplingParams
+    from radixflow.server.errors import ApiError
+
+    model, base = ROUTES[route]
+    body = model.model_validate_json(json.dumps({**base, field: value}))
+    with pytest.raises(ApiError) as caught:
+        body.params(8192) if isinstance(body, CompletionRequest) else body.params(1, 8192)
+    offline = tuple((int(k), v) for k, v in value.items()) if field == "logit_bias" else value
+    assert caught.value.message == SamplingParams(**{field: offline}).problem().render()

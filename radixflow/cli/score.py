@@ -8,7 +8,6 @@ import argparse
 import functools
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,7 @@ from radixflow.cli.command import UsageError, print_finished, with_notes, write_
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
-from radixflow.cli.score_file import ScoreJob, left_to_run, run_jobs, score_row
+from radixflow.cli.score_file import ScoreJob, job_record, left_to_run, run_jobs, score_row
 from radixflow.cli.score_inputs import score_inputs
 from radixflow.cli.serve_setup import refuse_setup
 from radixflow.generation.scoring import EMPTY_CONTEXT
@@ -76,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--input",
         type=not_stdin,
         metavar="PATH",
-        help='JSONL, one {"context": ..., "candidates": [...], "id": ...} per line (instead of --context)',
+        help='JSONL, one {"context": ..., "candidates": [...], "id": ...} per line (instead of --context; '
+        'optional "add_special_tokens": false for a text context without them)',
     )
     g.add_argument(
         "--output",
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths(outputs | {"--output": output}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | outputs)
-        record = run_record("score", (asdict(job) for job in jobs or []), row_options(options))
+        record = run_record("score", map(job_record, jobs or []), row_options(options))
         kept = kept_rows("--output", output, args.restart, record)  # None without --input
         if jobs is not None and kept is not None:  # refused, or said, before the model loads
             go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
@@ -218,7 +218,9 @@ def _standing(llm: LLM, jobs: list[ScoreJob], kept: KeptRows | None) -> KeptRows
     for n, (row, job) in enumerate(zip(kept.rows, jobs, strict=False), 1):
         error = row.get("error")
         said = error.get("message") if isinstance(error, dict) else None
-        if error is not None and said != llm.scoring_problem(job.context, job.candidates):
+        if error is not None and said != llm.scoring_problem(
+            job.context, job.candidates, add_special_tokens=job.add_special_tokens
+        ):
             counts = f"{counted(n - 1, 'row')} kept, {counted(len(jobs) - n + 1, 'line')} to run"
             print(
                 f"radixflow: row {n} of {kept.partial} is a refusal this run does not give: it and the "

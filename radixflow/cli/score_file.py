@@ -22,13 +22,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from radixflow.cli.command import UsageError
 from radixflow.cli.lines_out import read_input
+from radixflow.generation.scoring import specials_asked
 from radixflow.jsonl import json_object, numbered_lines
-from radixflow.problems import counted
+from radixflow.problems import SHOWN_CHARS, counted
 from radixflow.server.responses.logprobs import finite_logprob
 
 if TYPE_CHECKING:
     from radixflow.generation.scoring import CandidateScore
 
+FIELDS = ("id", "context", "messages", "candidates", "add_special_tokens")  # of an input line
 # Contexts per `score_many` call: enough for the scheduler to fill rounds across contexts, few
 # enough that a file of any length holds only this many contexts' requests at a time.
 CONTEXTS_PER_CALL = 64
@@ -42,6 +44,7 @@ class ScoreJob:
     id: Any
     context: Any
     candidates: list[Any]
+    add_special_tokens: bool | None = None  # None: not given (a text context gets them)
 
 
 def read_jobs(path: Path) -> list[ScoreJob]:
@@ -63,11 +66,12 @@ def _job(n: int, line: str) -> ScoreJob:
         row = json_object(line, "context, candidates")
     except ValueError as e:
         raise ValueError(f"line {n}: {e}") from None
-    unknown = sorted(set(row) - {"id", "context", "messages", "candidates"})
+    unknown = sorted(set(row) - set(FIELDS))
     if unknown:
-        raise ValueError(f"line {n}: unknown field {unknown[0]!r} (known: id, context, messages, candidates)")
+        raise ValueError(f"line {n}: unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
     try:
         context = _context(row)
+        special = _specials(row, context)
     except ValueError as e:
         raise ValueError(f"line {n}: {e}") from None
     candidates = row.get("candidates")
@@ -75,7 +79,34 @@ def _job(n: int, line: str) -> ScoreJob:
         raise ValueError(f"line {n}: candidates: a non-empty list is expected")
     if not _is_json(row.get("id")):
         raise ValueError(f"line {n}: id: NaN and Infinity are not JSON (the id is echoed back)")
-    return ScoreJob(n, row.get("id"), context, candidates)
+    return ScoreJob(n, row.get("id"), context, candidates, special)
+
+
+def _specials(row: dict[str, Any], context: Any) -> bool | None:
+    """A line's ``add_special_tokens`` (None: not given), refused as /v1/score refuses it: a
+    value that is no bool (null too), or true beside a conversation (`specials_asked`)."""
+    if "add_special_tokens" not in row:
+        return None
+    given = row["add_special_tokens"]
+    if given is None:
+        raise ValueError("add_special_tokens: must be true or false, got null")
+    specials_asked(context, given, show=_json_shown)
+    return given
+
+
+def _json_shown(value: Any) -> str:
+    """``value`` as JSON spells it, cut where it is long (a line's value quoted back)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def job_record(job: ScoreJob) -> dict[str, Any]:
+    """What a partial file's record holds of ``job`` (`run_record`): its fields, but an
+    ``add_special_tokens`` not given, so a file without one is recorded as before it was read."""
+    fields = asdict(job)
+    if job.add_special_tokens is None:
+        del fields["add_special_tokens"]
+    return fields
 
 
 def _is_json(value: Any) -> bool:
@@ -185,7 +216,7 @@ class ScoreTally:
 def run_jobs(
     jobs: list[ScoreJob],
     score_many: Callable[..., list[list[CandidateScore]]],
-    problem: Callable[[Any, list[Any]], str | None],
+    problem: Callable[..., str | None],
     out: IO[str],
     progress: Callable[[int, int], None],
 ) -> ScoreTally:
@@ -196,23 +227,43 @@ def run_jobs(
     (candidates done, candidates)."""
     total, done, tally = sum(len(j.candidates) for j in jobs), 0, ScoreTally()
     for chunk in chunks(jobs):
-        refused = {j.line: why for j in chunk if (why := problem(j.context, j.candidates)) is not None}
-        runs = [j for j in chunk if j.line not in refused]
+        refused = {j.line: why for j in chunk if (why := _problem(problem, j)) is not None}
         rows = _InOrder(chunk, out, tally)
         for job in chunk:
             if job.line in refused:
                 rows.refused(job, refused[job.line])
-        if runs:
-            score_many(
-                [j.context for j in runs],
-                [j.candidates for j in runs],
-                progress=lambda n, _, base=done: progress(base + n, total),
-                on_context=lambda i, scores, runs=runs, rows=rows: rows.scored(runs[i], scores),
-            )
+        runs = [j for j in chunk if j.line not in refused]
+        _score_runs(runs, score_many, rows, lambda n, base=done: progress(base + n, total))
         assert rows.all_written(), "score_many heard every context it returned"
         done += sum(len(j.candidates) for j in chunk)
         progress(done, total)
     return tally
+
+
+def _problem(problem: Callable[..., str | None], job: ScoreJob) -> str | None:
+    """Why ``problem`` (`LLM.scoring_problem`) says ``job`` cannot run (None: it can)."""
+    return problem(job.context, job.candidates, add_special_tokens=job.add_special_tokens)
+
+
+def _score_runs(
+    runs: list[ScoreJob],
+    score_many: Callable[..., list[list[CandidateScore]]],
+    rows: _InOrder,
+    progress: Callable[[int], None],
+) -> None:
+    """``runs`` scored by ``score_many``, each line's scores to ``rows`` as they come: a call per
+    ``add_special_tokens`` given among them (one, mostly); ``progress`` hears the candidates done."""
+    scored = 0
+    for special in dict.fromkeys(j.add_special_tokens for j in runs):
+        group = [j for j in runs if j.add_special_tokens is special]
+        score_many(
+            [j.context for j in group],
+            [j.candidates for j in group],
+            progress=lambda n, _, base=scored: progress(base + n),
+            on_context=lambda i, scores, group=group: rows.scored(group[i], scores),
+            add_special_tokens=special,
+        )
+        scored += sum(len(j.candidates) for j in group)
 
 
 class _InOrder:

@@ -147,6 +147,8 @@ class LLM(ModelHolder):
         namespace: str = "default",
         progress: Progress | None = None,
         on_candidate: Callable[[CandidateScore], None] | None = None,
+        *,
+        add_special_tokens: bool | None = None,
     ) -> list[CandidateScore]:
         """Each candidate's logprob given ``context``, in order (`generation.scoring`): text is
         tokenized alone (the context as a prompt, with the tokenizer's special tokens; candidates
@@ -154,13 +156,14 @@ class LLM(ModelHolder):
         rendered by the chat template up to the assistant's turn, so the candidates are replies.
         One batch: the cache computes the context once. ``on_candidate`` hears each score (its
         ``index`` the candidate's place) as soon as it is answered, in the order they finish, so
-        a caller can keep what finished when the call is cut short.
+        a caller can keep what finished when the call is cut short. ``add_special_tokens=False``:
+        a text context without them (/v1/score's field; True is refused beside a conversation).
 
         Raises ValueError for a context or candidate of another type, an empty one, or one that
         cannot run."""
         if on_candidate is not None and not callable(on_candidate):
             raise ValueError(f"on_candidate: must be a function (score), got {on_candidate!r}")
-        ctx, prompts = self._scoring_job(context, candidates)
+        ctx, prompts = self._scoring_job(context, candidates, add_special_tokens)
         labels = [f"candidate {i}" for i in range(len(prompts))]
         with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
             heard = None if on_candidate is None else partial(_heard, on_candidate, len(ctx))
@@ -174,18 +177,21 @@ class LLM(ModelHolder):
         namespace: str = "default",
         progress: Progress | None = None,
         on_context: Callable[[int, list[CandidateScore]], None] | None = None,
+        *,
+        add_special_tokens: bool | None = None,
     ) -> list[list[CandidateScore]]:
         """`score` for each context and its own candidates (``candidates[i]`` follow
         ``contexts[i]``), all in one batch: the scheduler fills its rounds across contexts, each
         context computed once. One list of scores per context, in order. ``on_context`` hears
         each context's index and scores (those returned) as soon as its candidates are all
         answered, in the order they finish (a context without candidates once the batch ends), so a caller can
-        keep what finished when the call is cut short.
+        keep what finished when the call is cut short. ``add_special_tokens``: `score`'s.
 
         Raises what `score` raises for a context that cannot run (a ValueError of the same
         class and fields), named by the context (and candidate), before any runs."""
         check_score_many(contexts, candidates, on_context)
-        jobs, prompts, labels = context_jobs(self._scoring_job, contexts, candidates)
+        job = partial(self._scoring_job, special=add_special_tokens)
+        jobs, prompts, labels = context_jobs(job, contexts, candidates)
         heard = None if on_context is None else ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
         with self._candidates_named(labels, [len(c) for c, job in jobs for _ in job], prompts):
             outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
@@ -194,14 +200,19 @@ class LLM(ModelHolder):
         return scores_by_context(jobs, outputs)
 
     def scoring_problem(
-        self, context: Prompt | Messages, candidates: Sequence[Prompt], namespace: str = "default"
+        self,
+        context: Prompt | Messages,
+        candidates: Sequence[Prompt],
+        namespace: str = "default",
+        *,
+        add_special_tokens: bool | None = None,
     ) -> str | None:
         """Why `score` (and `score_many`, for this context) would refuse ``context`` with
         ``candidates`` (`score`'s ValueError text: "candidate 2: ..." or one about the context),
         or None when they can run. Nothing runs: a caller with many contexts sets the refused
         ones aside before its batch."""
         try:
-            ctx, prompts = self._scoring_job(context, candidates)
+            ctx, prompts = self._scoring_job(context, candidates, add_special_tokens)
             labels = [f"candidate {i}" for i in range(len(prompts))]
             with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
                 refuse(self.engine, *self._calls(prompts, SCORING, namespace, labels))
@@ -225,9 +236,11 @@ class LLM(ModelHolder):
                 raise
             raise said from None
 
-    def _scoring_job(self, context: Prompt | Messages, candidates: Sequence[Prompt]) -> ScoringJob:
+    def _scoring_job(
+        self, context: Prompt | Messages, candidates: Sequence[Prompt], special: bool | None = None
+    ) -> ScoringJob:
         """`scoring_job` against this LLM's engine (asked only once the input is read)."""
-        return scoring_job(self._read, lambda request: self.engine.problem(request), context, candidates)
+        return scoring_job(self._read, lambda r: self.engine.problem(r), context, candidates, special)
 
     def chat(
         self,

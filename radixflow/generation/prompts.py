@@ -77,9 +77,10 @@ class PromptReader:
         texts = [self.render(conv, label) for conv, label in zip(convs, named, strict=True)]
         return [self.encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
 
-    def context(self, context: Prompt | Messages) -> list[int]:
-        """A scoring context's tokens; ValueError for a value of another shape (a lone token id
-        is not a context of one token)."""
+    def context(self, context: Prompt | Messages, special: bool = True) -> list[int]:
+        """A scoring context's tokens (``special``: a text's with the tokenizer's special
+        tokens); ValueError for a value of another shape (a lone token id is not a context of
+        one token)."""
         if is_conversation(context):
             chat = self.tokenizer().chat
             if not chat.available:  # the template's own advice is generate's: a plain prompt
@@ -89,7 +90,7 @@ class PromptReader:
             text = chat.render(context)  # type: ignore[arg-type]
             return self.encode(text, "context", special=False)  # the template writes them itself
         if isinstance(context, str):
-            return self.encode(context, "context")
+            return self.encode(context, "context", special)
         if is_token_list(context):
             return [int(t) for t in context]  # type: ignore[union-attr]
         raise ValueError("context must be a string, a list of token ids or a list of messages")

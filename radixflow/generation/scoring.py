@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.prompts import Messages, Prompt, PromptReader
-from radixflow.problems import Problem
+from radixflow.generation.prompts import Messages, Prompt, PromptReader, is_conversation
+from radixflow.problems import Problem, shown
 from radixflow.scheduler.request import Request
 
 SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logprobs, nothing generated
@@ -64,6 +64,26 @@ class ScoringInputError(ValueError):
 
 # what an empty context is told, at every door (named as each door names the context)
 EMPTY_CONTEXT = "is empty (a candidate is scored given the tokens before it)"
+
+
+# what add_special_tokens true beside a conversation is told, at every door (the chat route's words)
+SPECIALS_WITH_MESSAGES = "not implemented with messages: the chat template writes them"
+
+
+def specials_asked(
+    context: object, add_special_tokens: object = None, show: Callable[[object], str] = shown
+) -> bool:
+    """Whether a text ``context`` is tokenized with the tokenizer's special tokens (None: not
+    given, it is); `ScoringInputError` naming ``add_special_tokens`` for a value that is no bool
+    (quoted by ``show``), or true given beside a conversation, as /v1/score refuses them."""
+    if add_special_tokens is None:
+        return True
+    if not isinstance(add_special_tokens, bool):
+        said = f"must be true or false, got {show(add_special_tokens)}"
+        raise ScoringInputError(Problem("add_special_tokens", said))
+    if add_special_tokens and is_conversation(context):
+        raise ScoringInputError(Problem("add_special_tokens", SPECIALS_WITH_MESSAGES))
+    return add_special_tokens
 
 
 def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -120,11 +140,14 @@ def scoring_job(
     problem: Callable[[Request], Problem | None],
     context: Prompt | Messages,
     candidates: Sequence[Prompt],
+    add_special_tokens: bool | None = None,
 ) -> ScoringJob:
-    """The context's tokens and one prompt per candidate; ValueError for input of another
-    shape, `ScoringInputError` for an empty one or a context the engine refuses (``problem``:
-    named as the context, not as candidate 0, in whose prompt it would be found first)."""
-    ctx = read.context(context)
+    """The context's tokens (a text's with the tokenizer's special tokens unless
+    ``add_special_tokens`` is False: `specials_asked`) and one prompt per candidate; ValueError
+    for input of another shape, `ScoringInputError` for an empty one or a context the engine
+    refuses (``problem``: named as the context, not as candidate 0, in whose prompt it would be
+    found first)."""
+    ctx = read.context(context, specials_asked(context, add_special_tokens))
     prompts = scoring_prompts(ctx, read.candidates(candidates))
     found = context_problem(ctx, problem)
     if found is not None:

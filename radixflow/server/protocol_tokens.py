@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from radixflow.generation.scoring import SPECIALS_WITH_MESSAGES
 from radixflow.server.errors import ApiError
 from radixflow.server.protocol import salted
 from radixflow.server.refused import SCORE_REFUSED, TEMPLATE_REFUSED
@@ -57,5 +58,5 @@ def check_specials_with_messages(body: ScoreRequest | TokenizeRequest) -> None:
     it is asks for nothing."""
     asked = body.add_special_tokens and "add_special_tokens" in body.model_fields_set
     if body.messages is not None and asked:
-        why = "add_special_tokens: not implemented with messages: the chat template writes them"
+        why = f"add_special_tokens: {SPECIALS_WITH_MESSAGES}"
         raise ApiError(400, why, "add_special_tokens")

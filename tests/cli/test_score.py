@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.generation import LLM
-from radixflow.generation.scoring import CandidateScore
+from radixflow.generation.scoring import EMPTY_CONTEXT, CandidateScore
 
 MODEL = "qwen3_5-tiny"
 NOT_JSON_ID = "id: NaN and Infinity are not JSON (the id is echoed back)"
@@ -33,7 +33,7 @@ def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(
     score = CandidateScore(0, (5, 6), (-0.5, bad), (1, 7), cached_tokens=0, prompt_tokens=3)
     monkeypatch.setattr(LLM, "score", lambda self, context, candidates, **kwargs: [score])
 
-    def score_many(self, contexts, candidates, progress=None, on_context=None):
+    def score_many(self, contexts, candidates, progress=None, on_context=None, add_special_tokens=None):
         on_context(0, [score])
         return [[score]]
 
@@ -107,7 +107,6 @@ def test_an_empty_context_is_the_bos_token_where_the_tokenizer_adds_one(zoo, cap
     # each candidate after the BOS token alone (its unconditional likelihood); a model whose
     # tokenizer adds nothing is refused by the flag, once its tokenizer is known
     from radixflow.cli import main
-    from radixflow.generation.scoring import EMPTY_CONTEXT
 
     model = _with_bos(tmp_path)
     assert main(["score", str(model), "--context", "", "--candidate", " b", "--json"]) == 0
@@ -154,6 +153,12 @@ def test_an_input_line_may_give_a_conversation_as_messages_as_the_server_takes_i
         # Python's reader takes NaN and Infinity, and the id was echoed back as such: no JSON out
         ({"id": float("nan"), "context": "a"}, NOT_JSON_ID),
         ({"id": [1, float("-inf")], "context": "a"}, NOT_JSON_ID),
+        # as /v1/score refuses them
+        ({"context": "a", "add_special_tokens": "no"}, 'add_special_tokens: must be true or false, got "no"'),
+        (
+            {"messages": [{"role": "user", "content": "a"}], "add_special_tokens": True},
+            "add_special_tokens: not implemented with messages: the chat template writes them",
+        ),
     ],
 )
 def test_a_line_of_another_shape_is_refused_before_the_model_loads(monkeypatch, capsys, tmp_path, line, said):
@@ -177,3 +182,27 @@ def test_a_context_the_model_refuses_is_named_by_its_flag(zoo, capsys, chat):
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("radixflow: error: --context: has ") and err.count("\n") == 1
     assert err.endswith(" tokens; the model context is 8192\n")
+
+
+def test_a_text_context_may_go_without_special_tokens_at_every_door(zoo, capsys, tmp_path):
+    # /v1/score (and run-batch's lines for it) took "add_special_tokens": false; LLM.score and an
+    # --input line had no way to say it ("unknown field 'add_special_tokens'")
+    from radixflow.cli import main
+
+    model = _with_bos(tmp_path)
+    llm = LLM(str(model), kv_blocks=64, state_slots=8)
+    (bare,) = llm.score("a b", [" c"], add_special_tokens=False)
+    (ids,) = llm.score(llm.tokenizer.encode("a b", add_special_tokens=False), [" c"])
+    (with_bos,) = llm.score("a b", [" c"])
+    assert bare.prompt_tokens == ids.prompt_tokens == with_bos.prompt_tokens - 1
+    assert bare.total == pytest.approx(ids.total, abs=1e-5)
+    assert llm.scoring_problem("", [" c"], add_special_tokens=False) == f"context: {EMPTY_CONTEXT}"
+    given = tmp_path / "in.jsonl"
+    lines = [{"context": "a b", "candidates": [" c"], "add_special_tokens": s} for s in (False, True)]
+    given.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["score", str(model), "--input", str(given)]) == 0
+    rows = [json.loads(line)["scores"][0] for line in capsys.readouterr().out.splitlines()]
+    assert [r["prompt_tokens"] for r in rows] == [bare.prompt_tokens, with_bos.prompt_tokens]
+    assert rows[0]["total"] == pytest.approx(bare.total, abs=1e-4)
+    with pytest.raises(ValueError, match=r"^add_special_tokens: not implemented with messages"):
+        llm.score([{"role": "user", "content": "a"}], [" c"], add_special_tokens=True)

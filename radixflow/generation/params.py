@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from radixflow.generation.tokenizer import unicode_problem
 from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
@@ -118,6 +119,11 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", f"{STOP_SHAPE}, got {shown(self.stop)}")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
+        # no output text holds a lone surrogate: such a stop string would never match (the
+        # tokenizer refuses a bad word's or a choice's in the same words)
+        for i, said in enumerate(map(unicode_problem, self.stop)):
+            if said is not None:
+                return Problem("stop", f"item {i}: {said}")
         if isinstance(self.guided_choice, tuple) and not self.guided_choice:  # a choice of nothing
             return Problem("guided_choice", "must not be empty (leave it out for free text)")
         choices = () if self.guided_choice is None else self.guided_choice

@@ -174,17 +174,25 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _LONG = 2048
 
 
+NOT_UNICODE = "which is not valid Unicode"
+
+
 def _check_unicode(text: str) -> None:
+    said = unicode_problem(text)
+    if said is not None:
+        raise TokenizerError(said)
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` has no UTF-8 form (a lone UTF-16 surrogate), or None where it has one."""
     if text.isascii():  # a flag CPython keeps: no pass over a long prompt (on a thread holding the GIL)
-        return
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         bad = text[e.start]
-        raise TokenizerError(
-            f"text contains a lone UTF-16 surrogate ({bad!r} at character {e.start}), "
-            "which is not valid Unicode"
-        ) from None
+        return f"text contains a lone UTF-16 surrogate ({bad!r} at character {e.start}), " + NOT_UNICODE
+    return None
 
 
 def _read_config(root: Path) -> dict[str, Any]:

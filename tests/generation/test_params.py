@@ -306,3 +306,17 @@ def test_token_sequences_of_the_wrong_shape_are_quoted_short_as_lists(field, val
     problem = SamplingParams(**{field: value}).problem()
     assert problem is not None and problem.param == field
     assert "\n" not in str(problem) and len(str(problem)) < 120 and "(" not in problem.message, problem
+
+
+@pytest.mark.parametrize("stop", [("a\udcff",), ("ok", "\ud800")])
+def test_a_stop_string_with_a_lone_surrogate_is_a_problem_as_a_bad_word_is(stop):
+    # no output text holds a lone surrogate, so the stop string never matched: LLM and
+    # `generate --stop $'\xff'` (a byte that is not UTF-8) took it silently, where a bad word or a
+    # guided choice is refused in these words (and every JSON door refuses any such string)
+    from radixflow.generation.tokenizer import unicode_problem
+
+    i = len(stop) - 1
+    problem = SamplingParams(stop=stop).problem()
+    assert problem is not None and problem.param == "stop"
+    assert problem.message == f"item {i}: {unicode_problem(stop[i])}"
+    assert "lone UTF-16 surrogate" in problem.message

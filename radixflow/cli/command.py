@@ -94,3 +94,14 @@ def print_finished(stopped: BaseException, show: Callable[[], None], said: str) 
             stopped.add_note(str(e))
             return
     stopped.add_note(said)
+
+
+def not_utf8(text: str) -> str | None:
+    """Why ``text`` has no UTF-8 form (None: it has one): Python holds a command line's byte that is
+    not UTF-8 as a lone surrogate, U+DC80..U+DCFF (``surrogateescape``), named here as the byte."""
+    bad = None if text.isascii() else next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if bad is None:
+        return None
+    code = ord(text[bad])
+    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a lone surrogate"
+    return f"not UTF-8 text ({what} at character {bad + 1})"

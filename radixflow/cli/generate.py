@@ -28,6 +28,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import (
     UsageError,
+    not_utf8,
     print_finished,
     stdout_writes,
     with_notes,
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after
     if problem is not None:
         raise UsageError(problem.render(sampling_flag))
+    _check_prompts(args.prompt)
     refuse_setup(options)  # what the model's setup refuses, before a warning of the run
     warn_ineffective_options(args, options)  # of a run that goes ahead: after the refusals
     llm = None
@@ -87,6 +89,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     _print_outputs(args, console, llm, outputs)
     write_trace(llm.model.setup)  # after the answers: a trace the disk refuses costs none of them
     return 0
+
+
+def _check_prompts(prompts: list[str]) -> None:
+    """`UsageError` naming ``--prompt`` for text with no UTF-8 form (a command line's byte that
+    is not UTF-8), before the model loads, as ``score --context`` is refused (the API's refusal,
+    once the model had loaded, named a "prompt" and a character counted from 0)."""
+    for i, prompt in enumerate(prompts):
+        said = not_utf8(prompt)
+        if said is not None:
+            raise UsageError(f"--prompt: {'' if len(prompts) == 1 else f'prompt {i} is '}{said}")
 
 
 def _answers(

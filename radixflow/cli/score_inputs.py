@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from radixflow.cli.command import UsageError
+from radixflow.cli.command import UsageError, not_utf8
 from radixflow.cli.score_file import ScoreJob, read_jobs
 from radixflow.jsonl import read_text
 
@@ -42,23 +42,12 @@ def score_inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[
 def _check_utf8(context: str, candidates: list[str]) -> None:
     """`UsageError` naming the flag for text with no UTF-8 form, before the model loads (it was
     the tokenizer's refusal once it had): a byte of the command line that is not UTF-8."""
-    said = _not_utf8(context)
+    said = not_utf8(context)
     if said is not None:
         raise UsageError(f"--context: {said}")
-    bad = next(((i, said) for i, c in enumerate(candidates) if (said := _not_utf8(c)) is not None), None)
+    bad = next(((i, said) for i, c in enumerate(candidates) if (said := not_utf8(c)) is not None), None)
     if bad is not None:
         raise UsageError(f"--candidate: candidate {bad[0]} is {bad[1]}")
-
-
-def _not_utf8(text: str) -> str | None:
-    """Why ``text`` has no UTF-8 form (None: it has one): Python holds a command line's byte that is
-    not UTF-8 as a lone surrogate, U+DC80..U+DCFF (``surrogateescape``), named here as the byte."""
-    bad = None if text.isascii() else next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
-    if bad is None:
-        return None
-    code = ord(text[bad])
-    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a lone surrogate"
-    return f"not UTF-8 text ({what} at character {bad + 1})"
 
 
 def _read_candidates(path: Path | None) -> list[str]:

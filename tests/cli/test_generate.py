@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from radixflow.generation import LLM, GenerationOutput
 from radixflow.generation.outputs import TokenLogprob
 
@@ -30,3 +32,32 @@ def test_a_non_finite_logprob_is_written_as_the_servers_stand_in_in_valid_json(z
         assert entry["logprob"] == NEG_INF_LOGPROB
         assert entry["top"] == [[4, -0.1], [5, NEG_INF_LOGPROB]]
     assert printed["prompt_logprobs"][0] is None
+
+
+def _no_load(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the model was loaded")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--prompt", "a\udcff"], "--prompt: not UTF-8 text (byte 0xff at character 2)"),
+        (
+            ["--prompt", "ok", "--prompt", "\udce9b"],
+            "--prompt: prompt 1 is not UTF-8 text (byte 0xe9 at character 1)",
+        ),
+        (["--chat", "--prompt", "\ud800"], "--prompt: not UTF-8 text (a lone surrogate at character 1)"),
+    ],
+)
+def test_a_prompt_that_is_not_utf8_is_refused_by_its_flag_before_the_model_loads(
+    monkeypatch, capsys, argv, said
+):
+    # a byte of the command line that is not UTF-8 was refused once the model had loaded, as the
+    # API's "prompt: text contains a lone UTF-16 surrogate ('\udcff' at character 1) ...", where
+    # `score --context` names its flag and the byte before the model loads
+    from radixflow.cli import main
+
+    monkeypatch.setattr(LLM, "from_options", _no_load)
+    assert main(["generate", MODEL, *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"radixflow: error: {said}\n"

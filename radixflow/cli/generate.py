@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -77,9 +78,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
     except PromptError as e:  # found once the model loaded: named by its flag, as before it
-        raise UsageError(e.render(sampling_flag)) from None
+        said = e.render(sampling_flag)
+        raise UsageError(_of_prompt(said) if e.problem.param == "prompt" else said) from None
     except (ChatTemplateError, ValueError) as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(_of_prompt(str(e))) from None
     except GenerationError as e:  # a round failed: what finished before it is still printed
         if finished:
             _print_finished(args, console, llm, finished, e)
@@ -89,6 +91,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     _print_outputs(args, console, llm, outputs)
     write_trace(llm.model.setup)  # after the answers: a trace the disk refuses costs none of them
     return 0
+
+
+def _of_prompt(said: str) -> str:
+    """``said`` with the flag named where it is said of one prompt of several ("prompt 1: is
+    empty"), as a lone prompt's refusal names it ("--prompt: is empty")."""
+    return f"--prompt: {said}" if re.match(r"prompt \d+: ", said) else said
 
 
 def _check_prompts(prompts: list[str]) -> None:

@@ -61,3 +61,13 @@ def test_a_prompt_that_is_not_utf8_is_refused_by_its_flag_before_the_model_loads
     assert main(["generate", MODEL, *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"radixflow: error: {said}\n"
+
+
+def test_a_prompt_of_several_the_model_refuses_is_named_by_its_flag_as_a_lone_one_is(zoo, capsys):
+    # a lone prompt's refusal read "--prompt: is empty", one of several "prompt 1: is empty":
+    # the API's name, where every other refusal of the command names the flag typed
+    from radixflow.cli import main
+
+    assert main(["generate", MODEL, "--prompt", "ok", "--prompt", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "radixflow: error: --prompt: prompt 1: is empty\n"

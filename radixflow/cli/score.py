@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,8 +150,7 @@ def _score(
         note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
     except ValueError as e:  # the API names the context "context"; the command line gave --context
-        said = str(e)
-        raise UsageError(f"--{said}" if jobs is None and said.startswith("context: ") else said) from None
+        raise UsageError(str(e) if jobs is not None else _flagged(args, str(e))) from None
     except GenerationError as e:  # a round failed: the candidates scored before it are still printed
         _print_finished(args, console, candidates, finished, e)
         print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
@@ -159,6 +159,21 @@ def _score(
     _print_scores(args, console, candidates, scores)
     write_trace(llm.model.setup)
     return 0
+
+
+def _flagged(args: argparse.Namespace, said: str) -> str:
+    """The API's refusal of ``--context`` or of a candidate ("context: ...", "candidate 3: ...")
+    named by the flag that gave it, as the command's own refusals are ("--candidates-file: line
+    2 of PATH is empty": the candidates of ``--candidate`` come first, then the file's lines)."""
+    if said.startswith("context: "):
+        return f"--{said}"
+    found = re.match(r"candidate (\d+): ", said)
+    if found is None:
+        return said
+    line = int(found[1]) - len(args.candidate) + 1  # of --candidates-file, where >= 1
+    if line < 1:
+        return f"--candidate: {said}"
+    return f"--candidates-file: line {line} of {args.candidates_file}: {said[found.end() :]}"
 
 
 def _require_template(args: argparse.Namespace, llm: LLM) -> None:

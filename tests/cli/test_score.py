@@ -206,3 +206,24 @@ def test_a_text_context_may_go_without_special_tokens_at_every_door(zoo, capsys,
     assert rows[0]["total"] == pytest.approx(bare.total, abs=1e-4)
     with pytest.raises(ValueError, match=r"^add_special_tokens: not implemented with messages"):
         llm.score([{"role": "user", "content": "a"}], [" c"], add_special_tokens=True)
+
+
+def test_a_candidate_the_model_refuses_is_named_by_the_flag_that_gave_it(zoo, capsys, tmp_path):
+    # it was "candidate 1: has 9001 tokens; ...", the API's name, where the command's own refusals
+    # name the flag ("--candidate: candidate 0 is empty", "--candidates-file: line 2 of PATH is empty")
+    from radixflow.cli import main
+
+    long = "w " * 9000
+    given = tmp_path / "cands.txt"
+    given.write_text(f" a\n{long}\n")
+    said = "has 9001 tokens; the model context is 8192"
+    for argv, want in [
+        (["--candidate", " b", "--candidate", long], f"--candidate: candidate 1: {said}"),
+        (
+            ["--candidate", " b", "--candidates-file", str(given)],
+            f"--candidates-file: line 2 of {given}: {said}",
+        ),
+    ]:
+        assert main(["score", MODEL, "--context", "a", *argv]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"radixflow: error: {want}\n"

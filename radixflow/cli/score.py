@@ -32,8 +32,9 @@ from radixflow.cli.command import UsageError, print_finished, with_notes, write_
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
-from radixflow.cli.score_file import ScoreJob, job_record, left_to_run, run_jobs, score_row
+from radixflow.cli.score_file import left_to_run, run_jobs, score_row
 from radixflow.cli.score_inputs import score_inputs
+from radixflow.cli.score_lines import ScoreJob, job_record
 from radixflow.cli.serve_setup import refuse_setup
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin

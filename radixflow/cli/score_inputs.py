@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from radixflow.cli.command import UsageError, not_utf8
-from radixflow.cli.score_file import ScoreJob, read_jobs
+from radixflow.cli.score_lines import ScoreJob, read_jobs
 from radixflow.jsonl import read_text
 
 

@@ -147,9 +147,21 @@ def test_an_input_line_may_give_a_conversation_as_messages_as_the_server_takes_i
             {"context": "a", "messages": [{"role": "user", "content": "a"}]},
             "give exactly one of context and messages",
         ),
-        ({"messages": [5, 6]}, "messages: a non-empty list of messages is expected"),
-        ({"messages": []}, "messages: a non-empty list of messages is expected"),
-        ({"messages": "a"}, "messages: a non-empty list of messages is expected"),
+        # each as /v1/score says it of the same body
+        ({"messages": [5, 6]}, "messages[0]: must be an object, got 5"),
+        ({"messages": []}, "messages must not be empty"),
+        ({"messages": "a"}, 'messages: must be a list, got "a"'),
+        ({"context": None}, "give exactly one of context and messages"),
+        ({"context": 5}, "context must be a string, a list of token ids or a list of messages, got 5"),
+        (
+            {"context": "a", "candidates": " b"},
+            'candidates must be a list of strings or token-id lists, got " b"',
+        ),
+        (
+            {"context": "a", "candidates": None},
+            "candidates must be a list of strings or token-id lists, got null",
+        ),
+        ({"context": "a", "candidates": []}, "candidates: none given"),
         # Python's reader takes NaN and Infinity, and the id was echoed back as such: no JSON out
         ({"id": float("nan"), "context": "a"}, NOT_JSON_ID),
         ({"id": [1, float("-inf")], "context": "a"}, NOT_JSON_ID),
@@ -166,7 +178,7 @@ def test_a_line_of_another_shape_is_refused_before_the_model_loads(monkeypatch, 
 
     monkeypatch.setattr(LLM, "from_options", _no_load)
     given = tmp_path / "in.jsonl"
-    given.write_text(json.dumps(line | {"candidates": [" b"]}) + "\n")
+    given.write_text(json.dumps({"candidates": [" b"]} | line) + "\n")
     assert main(["score", MODEL, "--input", str(given)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"radixflow: error: --input {given}: line 1: {said}\n"

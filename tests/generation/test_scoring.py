@@ -313,8 +313,9 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
     [
         ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input {path}: line 2: not valid JSON"),
         ("[1, 2]\n", [], "--input {path}: line 1: expected a JSON object (context, candidates)"),
-        ('{"context": "a"}\n', [], "--input {path}: line 1: candidates: a non-empty list"),
-        ('{"candidates": [" b"]}\n', [], "--input {path}: line 1: no context"),
+        # in /v1/score's words for the same body
+        ('{"context": "a"}\n', [], "--input {path}: line 1: missing required parameter: candidates"),
+        ('{"candidates": [" b"]}\n', [], "--input {path}: line 1: give exactly one of context and messages"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input {path}: line 1: unknown field 'k'"),
         ("\n \n", [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
@@ -455,7 +456,7 @@ def test_a_namespace_that_is_not_a_string_is_a_value_error_before_anything_runs(
 def test_input_lines_end_at_newlines_only(tmp_path):
     # U+2028, U+2029 and U+0085 may stand unescaped inside a JSON string (json.dumps with
     # ensure_ascii=False writes them so): they end no JSONL line, and later lines keep their numbers
-    from radixflow.cli.score_file import read_jobs
+    from radixflow.cli.score_lines import read_jobs
 
     rows = [
         {"id": "a\u2028b", "context": "Q: x\u2029y\nA:", "candidates": [" z\x85"]},
@@ -478,7 +479,10 @@ def test_a_context_of_another_type_is_named_by_its_line(zoo, capsys, tmp_path, c
     given = tmp_path / "in.jsonl"
     given.write_text(json.dumps({"context": context, "candidates": [" b"]}) + "\n")
     assert main(["score", MODEL, "--input", str(given)]) == 2
-    said = f"--input {given}: line 1: context: text, token ids or a list of messages"
+    # in /v1/score's words (a null context is none given)
+    shape = "context must be a string, a list of token ids or a list of messages, got"
+    none = "give exactly one of context and messages"
+    said = f"--input {given}: line 1: {none if context is None else shape}"
     assert said in capsys.readouterr().err
 
 
@@ -495,7 +499,7 @@ def test_an_output_that_cannot_be_written_is_one_line(zoo, capsys, tmp_path):
 
 def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     # as run-batch and --candidates-file read their files (an editor on Windows writes one)
-    from radixflow.cli.score_file import read_jobs
+    from radixflow.cli.score_lines import read_jobs
 
     given = tmp_path / "in.jsonl"
     given.write_text('{"id": 1, "context": "a", "candidates": [" b"]}\n', encoding="utf-8-sig")

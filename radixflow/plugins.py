@@ -67,7 +67,9 @@ def import_plugins() -> None:
             _import_each(named)
         finally:
             _importing = None
-        _imported = named
+        # a module this thread's stack is importing (a read in its body) is half made: another
+        # thread's read must wait for it, as its import does (Python's lock on the module)
+        _imported = None if any(_half_made(m) for m in _modules(named)) else named
     finally:
         _lock.release()
 
@@ -100,7 +102,7 @@ def _wait_for_lock(named: str) -> bool:
 def _running_import_of(named: str) -> bool:
     """Whether this thread runs the body of a module ``named`` names (or of one it imports):
     a frame of its own stack."""
-    modules = {m.strip() for m in named.split(",")} - {""}
+    modules = set(_modules(named))
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in modules:
@@ -109,11 +111,19 @@ def _running_import_of(named: str) -> bool:
     return False
 
 
+def _modules(named: str) -> list[str]:
+    """The module names in ``named`` (PLUGINS_ENV's value), in order. Pure."""
+    return [m.strip() for m in named.split(",") if m.strip()]
+
+
+def _half_made(module: str) -> bool:
+    """Whether ``module`` is in `sys.modules` with its body still running."""
+    return bool(getattr(getattr(sys.modules.get(module), "__spec__", None), "_initializing", False))
+
+
 def _import_each(named: str) -> None:
     """Imports each of ``named``'s comma-separated modules; `PluginError` for the first that fails."""
-    for module in (m.strip() for m in named.split(",")):
-        if not module:
-            continue
+    for module in _modules(named):
         # what a module that fails half-way registered goes with it: the next read, the module
         # fixed, imports it again, and its `register` would refuse the names its first half took
         saved = [dict.copy(registry) for registry in Registry.made]  # no read: no plugin import

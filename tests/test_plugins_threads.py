@@ -1,0 +1,93 @@
+"""A thread importing a RADIXFLOW_PLUGINS module itself (`import early_plugin`) whose body reads
+a registry before it registers its entries is served what is registered so far; another thread
+reading a registry meanwhile waits for the module to be whole, as it waits for an import through
+the variable (tests/test_plugins_import.py)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import pytest
+
+from radixflow import plugins
+from radixflow.plugins import PLUGINS_ENV, forget_plugins
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+
+# a plugin reading a registry first, then stopping half-way until the test lets it go on
+EARLY_PLUGIN = """
+import slow_gate
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+"native" in SCHEDULING_POLICIES
+slow_gate.started.set()
+slow_gate.proceed.wait(timeout=30)  # a safety net for a broken test, never the synchronisation
+
+
+class Late(Native):
+    name = "late"
+
+
+SCHEDULING_POLICIES.register("late", Late)
+"""
+
+
+class SeenLock:
+    """The plugins' lock, saying (``seen``) when a thread other than ``quiet`` asks for it."""
+
+    def __init__(self, seen: threading.Event) -> None:
+        self.lock = threading.RLock()
+        self.seen = seen
+        self.quiet = threading.get_ident()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.get_ident() != self.quiet:
+            self.seen.set()
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+@pytest.fixture
+def gate(tmp_path, monkeypatch):
+    """RADIXFLOW_PLUGINS naming the early plugin; its gate's events; all undone afterwards."""
+    (tmp_path / "early_plugin.py").write_text(EARLY_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = types.SimpleNamespace(started=threading.Event(), proceed=threading.Event())
+    monkeypatch.setitem(sys.modules, "slow_gate", gate)
+    monkeypatch.delitem(sys.modules, "early_plugin", raising=False)
+    monkeypatch.setenv(PLUGINS_ENV, "early_plugin")
+    forget_plugins()
+    try:
+        yield gate
+    finally:
+        gate.proceed.set()
+        dict.pop(SCHEDULING_POLICIES, "late", None)
+        sys.modules.pop("early_plugin", None)
+        forget_plugins()
+
+
+def test_a_thread_reading_while_another_imports_a_plugin_itself_waits_for_the_plugin(gate, monkeypatch):
+    # the importing thread's read, its plugin half made, marked the variable imported: a read in
+    # another thread then answered at once, the plugin's `late` missing
+    importer = threading.Thread(target=lambda: __import__("early_plugin"), daemon=True)
+    importer.start()
+    assert gate.started.wait(timeout=30)
+    asked = threading.Event()
+    monkeypatch.setattr(plugins, "_lock", SeenLock(asked))
+    seen: list[bool] = []
+
+    def read() -> None:
+        seen.append("late" in SCHEDULING_POLICIES)
+        asked.set()  # before the fix it never asks for the lock: it answers at once
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert asked.wait(timeout=30)
+    gate.proceed.set()
+    importer.join(timeout=10)
+    reader.join(timeout=10)
+    assert seen == [True]
+    assert "late" in SCHEDULING_POLICIES

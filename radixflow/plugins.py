@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -179,35 +179,6 @@ class Registry(dict[str, V]):
         self.imports_plugins = not read_on_import
         Registry.made.append(self)  # type: ignore[arg-type]
 
-    # every read imports PLUGINS_ENV's modules first (once), so that each door knows their names
-    def __contains__(self, name: object) -> bool:
-        self._plugins()
-        return super().__contains__(name)
-
-    def __iter__(self) -> Iterator[str]:
-        self._plugins()
-        return super().__iter__()
-
-    def __getitem__(self, name: str) -> V:
-        self._plugins()
-        return super().__getitem__(name)
-
-    def get(self, name: str, default: V | None = None) -> V | None:  # type: ignore[override]
-        self._plugins()
-        return super().get(name, default)
-
-    def keys(self) -> KeysView[str]:
-        self._plugins()
-        return super().keys()
-
-    def values(self) -> ValuesView[V]:
-        self._plugins()
-        return super().values()
-
-    def items(self) -> ItemsView[str, V]:
-        self._plugins()
-        return super().items()
-
     def _plugins(self) -> None:
         if self.imports_plugins:
             import_plugins()
@@ -237,6 +208,30 @@ class Registry(dict[str, V]):
             called = getattr(was, "__qualname__", was if isinstance(was, str) else type(was).__qualname__)
             return f" is registered already ({called}): register yours under another name"
         return None
+
+
+# every read of a registry imports PLUGINS_ENV's modules first (once), so that no read finds a
+# plugin's name missing; writes (`register`, assigning, `update`, `del`) import none
+_READS = ("__contains__", "__iter__", "__reversed__", "__len__", "__getitem__", "__eq__", "__ne__")
+_READS += ("__repr__", "__or__", "__ror__", "get", "keys", "values", "items", "copy", "pop")
+_READS += ("popitem", "setdefault")
+
+
+def _reading(name: str) -> Callable[..., object]:
+    """dict's ``name``, importing the plugins first."""
+    read = getattr(dict, name)
+
+    def imported_first(self: Registry[object], *args: object) -> object:
+        self._plugins()
+        return read(self, *args)
+
+    imported_first.__name__, imported_first.__qualname__ = name, f"Registry.{name}"
+    imported_first.__doc__ = read.__doc__
+    return imported_first
+
+
+for _name in _READS:
+    setattr(Registry, _name, _reading(_name))
 
 
 def _module_of(entry: object) -> str:

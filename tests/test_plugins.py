@@ -103,7 +103,7 @@ def waits_plugin(tmp_path, monkeypatch):
     try:
         yield importlib.import_module("waits_plugin"), path
     finally:
-        SCHEDULING_POLICIES.pop("waits", None)
+        dict.pop(SCHEDULING_POLICIES, "waits", None)
         sys.modules.pop("waits_plugin", None)
 
 

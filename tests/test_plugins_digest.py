@@ -39,7 +39,7 @@ def labpkg(tmp_path, monkeypatch):
         importlib.import_module("labpkg.policies")
         yield root
     finally:
-        SCHEDULING_POLICIES.pop("lab", None)
+        dict.pop(SCHEDULING_POLICIES, "lab", None)
         for name in names:
             sys.modules.pop(name, None)
 
@@ -77,5 +77,5 @@ def test_a_plugin_outside_any_package_is_digested_by_its_own_file_as_before(tmp_
         was.update(hashlib.sha256(path.read_bytes()).digest())
         assert code_digest() == was.hexdigest()[:16]
     finally:
-        SCHEDULING_POLICIES.pop("solo", None)
+        dict.pop(SCHEDULING_POLICIES, "solo", None)
         sys.modules.pop("solo_plugin", None)

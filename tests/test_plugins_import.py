@@ -66,7 +66,7 @@ def gate(tmp_path, monkeypatch):
         yield gate
     finally:
         gate.proceed.set()
-        SCHEDULING_POLICIES.pop("late", None)
+        dict.pop(SCHEDULING_POLICIES, "late", None)
         sys.modules.pop("slow_plugin", None)
         forget_plugins()
 
@@ -131,7 +131,7 @@ def test_a_plugin_fixed_after_failing_half_way_is_imported_on_the_next_read(tmp_
         path.write_text(HALF_PLUGIN + "# fixed\n")
         assert "half" in SCHEDULING_POLICIES
     finally:
-        SCHEDULING_POLICIES.pop("half", None)
+        dict.pop(SCHEDULING_POLICIES, "half", None)
         sys.modules.pop("half_plugin", None)
         forget_plugins()
 
@@ -166,7 +166,7 @@ def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp
         monkeypatch.setenv(PLUGINS_ENV, "waits_plugin")
         assert "half" in SCHEDULING_POLICIES
     finally:
-        SCHEDULING_POLICIES.pop("half", None)
+        dict.pop(SCHEDULING_POLICIES, "half", None)
         sys.modules.pop("waits_plugin", None)
         forget_plugins()
 
@@ -250,7 +250,7 @@ def test_a_thread_waiting_for_the_import_of_a_plugin_that_waits_for_it_says_so_i
         assert "early" in SCHEDULING_POLICIES
         sys.modules["waiting_plugin"].reader.join(timeout=10)
     finally:
-        SCHEDULING_POLICIES.pop("early", None)
+        dict.pop(SCHEDULING_POLICIES, "early", None)
         sys.modules.pop("waiting_plugin", None)
         forget_plugins()
     assert gate.told.is_set()
@@ -288,4 +288,4 @@ def test_a_name_registered_by_another_thread_while_a_plugin_fails_to_import_stay
         assert dict.get(SCHEDULING_POLICIES, "aside") is Aside
         assert "late" not in dict.keys(SCHEDULING_POLICIES)  # the plugin's half goes
     finally:
-        SCHEDULING_POLICIES.pop("aside", None)
+        dict.pop(SCHEDULING_POLICIES, "aside", None)

@@ -32,7 +32,7 @@ def reader_plugin(tmp_path, monkeypatch):
     try:
         yield
     finally:
-        READERS.pop("late_llama", None)
+        dict.pop(READERS, "late_llama", None)
         sys.modules.pop("late_reader", None)
         forget_plugins()
 

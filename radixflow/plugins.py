@@ -129,8 +129,10 @@ def _import_each(named: str) -> None:
         saved = [dict.copy(registry) for registry in Registry.made]  # no read: no plugin import
         try:
             importlib.import_module(module)
-        except Exception as e:  # its syntax, its `register` refusing a name: the user's to fix
+        except BaseException as e:  # its syntax, its `register` refusing a name, its sys.exit
             _restore(saved)
+            if not isinstance(e, Exception | SystemExit):
+                raise  # a Ctrl-C goes on as one, the registries as they were
             raise PluginError(_why_not(module, e)) from e
 
 
@@ -147,7 +149,7 @@ def _restore(saved: list[dict[str, object]]) -> None:
         dict.update(registry, was | kept)
 
 
-def _why_not(module: str, e: Exception) -> str:
+def _why_not(module: str, e: BaseException) -> str:
     """One line: why ``module`` could not be imported (``e``); a file's path named for it is
     told to name its module (the path's import fails, or runs the file as a package). Pure."""
     if module.endswith(".py") or any(sep in module for sep in "/\\"):
@@ -155,6 +157,8 @@ def _why_not(module: str, e: Exception) -> str:
         named = f"name its module ({stem!r}), with its directory on PYTHONPATH"
         return f"{PLUGINS_ENV}: {module!r} is a file: {named}"
     said = (str(e).splitlines() or [type(e).__name__])[0]
+    if isinstance(e, SystemExit):  # an argparse parse at import time: its usage line is above
+        said = f"it exits as it is imported: sys.exit({e.code!r})"
     return f"{PLUGINS_ENV}: cannot import {module!r} ({said})"
 
 

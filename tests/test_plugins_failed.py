@@ -1,0 +1,71 @@
+"""A RADIXFLOW_PLUGINS module whose import stops with no Exception: a `sys.exit` in its body (an
+argparse parse at import time) is a plugin that cannot be imported, one line; a Ctrl-C goes on
+as one. Either way the registries are left as they were, so the module fixed is imported."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from radixflow.cli.app import main
+from radixflow.plugins import PLUGINS_ENV, PluginError, forget_plugins
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+
+PLUGIN = """
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+
+class Quits(Native):
+    name = "quits"
+
+
+SCHEDULING_POLICIES.register("quits", Quits)
+"""
+
+
+@pytest.fixture
+def quits(tmp_path, monkeypatch):
+    """RADIXFLOW_PLUGINS naming `quits_plugin`, whose file the test writes; undone afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "quits_plugin", raising=False)
+    monkeypatch.setenv(PLUGINS_ENV, "quits_plugin")
+    forget_plugins()
+    try:
+        yield tmp_path / "quits_plugin.py"
+    finally:
+        dict.pop(SCHEDULING_POLICIES, "quits", None)
+        sys.modules.pop("quits_plugin", None)
+        forget_plugins()
+
+
+@pytest.mark.parametrize(
+    ("stop", "code"),
+    [("raise SystemExit(0)", 0), ("import argparse; argparse.ArgumentParser().parse_args(['-x'])", 2)],
+)
+def test_a_plugin_exiting_as_it_is_imported_is_one_line_and_undone(quits, capsys, stop, code):
+    # the command line exited 0 with no output (or argparse's usage line, as radixflow's own),
+    # `quits` left registered: the next read was refused for it being registered already
+    quits.write_text(PLUGIN + stop + "\n")
+    assert main(["bench", "--runner", "sim", "--policy", "native", "--groups", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("radixflow: error: RADIXFLOW_PLUGINS: cannot import 'quits_plugin' (")
+    assert err.endswith(f"(it exits as it is imported: sys.exit({code}))")
+    assert "quits" not in dict.keys(SCHEDULING_POLICIES) and "quits_plugin" not in sys.modules
+    quits.write_text(PLUGIN)
+    assert "quits" in SCHEDULING_POLICIES
+
+
+def test_a_plugin_import_interrupted_goes_on_as_an_interrupt_and_is_undone(quits):
+    quits.write_text(PLUGIN + "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        "quits" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+    assert "quits" not in dict.keys(SCHEDULING_POLICIES)
+    quits.write_text(PLUGIN)
+    assert "quits" in SCHEDULING_POLICIES  # was refused: 'quits' is registered already
+
+
+def test_a_plugin_failing_is_still_a_plugin_error(quits):
+    quits.write_text(PLUGIN + "raise RuntimeError('boom')\n")
+    with pytest.raises(PluginError, match=r"cannot import 'quits_plugin' \(boom\)"):
+        "quits" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)

@@ -1,22 +1,19 @@
 """Entries added from outside the package (docs/extending.md): `Registry`, the dict each option's
 entries are found in by name, whose `register` refuses a name it has (assigning one replaces the
 built-in entry without a word); the modules named by RADIXFLOW_PLUGINS, imported before a registry
-is first read in any process (the command line, a Ray worker); the modules the entries come from,
-and `code_digest`, what computes a result once they are part of it."""
+is first read in any process (the command line, a Ray worker); the modules the entries come from
+(`plugin_digest.py`: what computes a result once they are part of it)."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
+import importlib
 import inspect
 import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from radixflow.package import source_digest
 from radixflow.problems import warn
 
 V = TypeVar("V")
@@ -255,43 +252,3 @@ def plugin_modules() -> list[str]:
     """The modules outside the package that define an entry of a registry, sorted."""
     entries = [entry for registry in Registry.made for entry in registry.values()]
     return sorted({_module_of(entry) for entry in entries if from_outside(entry)})
-
-
-def code_digest() -> str:
-    """What computes a result: the package's `source_digest`, and for each module in
-    `plugin_modules` its source: its own file, or, in a package of the user's, every module's
-    source in that package (what it imports from it, now or lazily, computes results too)."""
-    package, modules = source_digest(), plugin_modules()
-    if not modules:  # the package's digest as it always was: results cached before stay its own
-        return package
-    digest = hashlib.sha256(package.encode())
-    for name in modules:
-        digest.update(f"{name}\0".encode())
-        root = _package_root(name)
-        if root is not None:  # each file named, so a module moved or added is another code
-            for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
-                digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
-            continue
-        path = _file_of(name)  # as it always was for a module in no package
-        if path is not None:
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()[:16]
-
-
-def _package_root(module: str) -> Path | None:
-    """The directory of the package at the top of ``module`` (``lab`` of ``lab.policies``, or
-    ``module`` itself); None where it is in none (a file of its own, a namespace package)."""
-    path = _file_of(module.partition(".")[0])
-    return path.parent if path is not None and path.name == "__init__.py" else None
-
-
-def _file_of(module: str) -> Path | None:
-    """The source file of ``module`` (imported or not); None where it has none (`python -c`)."""
-    loaded = sys.modules.get(module)
-    try:
-        origin = getattr(loaded, "__file__", None) if loaded else importlib.util.find_spec(module).origin
-    except (ImportError, AttributeError, ValueError):  # no such module: the name alone is hashed
-        return None
-    path = Path(origin) if origin else None
-    return path if path is not None and path.is_file() else None

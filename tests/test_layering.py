@@ -83,6 +83,7 @@ LEAVES = {
     "sigterm_kept",
     "ray_start",
     "plugins",
+    "plugin_digest",
 }
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer

@@ -16,7 +16,8 @@ from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.fleet.routers import ROUTERS
 from radixflow.models.registry import FAMILIES
 from radixflow.package import source_digest
-from radixflow.plugins import PLUGINS_ENV, code_digest, forget_plugins, plugin_modules
+from radixflow.plugin_digest import code_digest
+from radixflow.plugins import PLUGINS_ENV, forget_plugins, plugin_modules
 from radixflow.ray_start import worker_env
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from radixflow.plugins import code_digest, plugin_modules
+from radixflow.plugin_digest import code_digest
+from radixflow.plugins import plugin_modules
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 
 POLICIES = """

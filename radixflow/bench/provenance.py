@@ -19,7 +19,7 @@ from typing import Any
 
 from radixflow.files import write_whole
 from radixflow.package import PACKAGE
-from radixflow.plugins import code_digest
+from radixflow.plugin_digest import code_digest
 from radixflow.runners.profile_store import processor_name
 
 FORMAT = 1  # the bench JSON's layout: raised when a key changes meaning or moves

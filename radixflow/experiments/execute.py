@@ -18,7 +18,8 @@ from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
 from radixflow.jsonl import json_value
-from radixflow.plugins import PluginError, code_digest
+from radixflow.plugin_digest import code_digest
+from radixflow.plugins import PluginError
 from radixflow.problems import ProblemError
 from radixflow.ray_start import LOCAL_RAY, unreachable, worker_env
 from radixflow.sigterm_kept import sigterm_kept

@@ -17,7 +17,7 @@ from radixflow.experiments.execute import CellError, ExecutionOptions, Pending, 
 from radixflow.experiments.plots import PLOTS, write_plots
 from radixflow.experiments.report import render_report
 from radixflow.files import write_whole
-from radixflow.plugins import code_digest
+from radixflow.plugin_digest import code_digest
 from radixflow.progress import LoggedProgress
 
 RESULTS, REPORT = "results.json", "report.md"

@@ -30,6 +30,9 @@ _importer = ""  # the name of the thread that imports them
 _importer_id = 0  # and its ident
 # (registry id, name) `register`ed by another thread during the import: a failed one keeps them
 _aside: set[tuple[int, str]] = set()
+# the modules whose bodies ran a `register` of the importing thread (a plugin's helper module
+# registering a built-in entry under a name of its own): those new to a failed import leave too
+_registrars: set[str] = set()
 _told = False  # whether a thread waiting for this import said so (once an import)
 # one thread imports the modules while the others wait (a server's handlers reading a registry
 # first at once); re-entrant: a plugin reads a registry as it is imported
@@ -99,13 +102,17 @@ def _wait_for_lock(named: str) -> bool:
 def _running_import_of(named: str) -> bool:
     """Whether this thread runs the body of a module ``named`` names (or of one it imports):
     a frame of its own stack."""
-    modules = set(_modules(named))
-    frame = inspect.currentframe()
+    return not _importing_here().isdisjoint(_modules(named))
+
+
+def _importing_here() -> set[str]:
+    """The modules whose bodies run on this thread's stack (being imported, or `__main__`)."""
+    names, frame = set(), inspect.currentframe()
     while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in modules:
-            return True
+        if frame.f_code.co_name == "<module>":
+            names.add(str(frame.f_globals.get("__name__")))
         frame = frame.f_back
-    return False
+    return names
 
 
 def _modules(named: str) -> list[str]:
@@ -124,20 +131,26 @@ def _import_each(named: str) -> None:
         # what a module that fails half-way registered goes with it: the next read, the module
         # fixed, imports it again, and its `register` would refuse the names its first half took
         saved = [dict.copy(registry) for registry in Registry.made]  # no read: no plugin import
+        before = set(sys.modules)  # a module mid-import (`__main__`, this plugin's) is in it
+        _registrars.clear()
         try:
             importlib.import_module(module)
         except BaseException as e:  # its syntax, its `register` refusing a name, its sys.exit
             _restore(saved)
+            for registrar in _registrars - before:  # imported again, it registers again
+                sys.modules.pop(registrar, None)
             if not isinstance(e, Exception | SystemExit):
                 raise  # a Ctrl-C goes on as one, the registries as they were
             raise PluginError(_why_not(module, e)) from e
 
 
 def _restore(saved: list[dict[str, object]]) -> None:
-    """Each registry as ``saved`` (a registry made since is left), but for the names another
-    thread registered meanwhile (`_aside`); the modules that defined the entries dropped leave
-    `sys.modules`, so that their next import registers them again."""
-    for registry, was in zip(Registry.made[: len(saved)], saved, strict=True):
+    """Each registry as ``saved`` (one made since, a module of the package the import imported
+    first, as it was made), but for the names another thread registered meanwhile (`_aside`);
+    the modules that defined the entries dropped leave `sys.modules`, so that their next import
+    registers them again."""
+    saved = saved + [registry.built_in for registry in Registry.made[len(saved) :]]
+    for registry, was in zip(Registry.made, saved, strict=True):
         kept = {n: e for n, e in dict.items(registry) if (id(registry), n) in _aside}
         added = [entry for name, entry in dict.items(registry) if name not in was and name not in kept]
         for module in {_module_of(entry) for entry in added if from_outside(entry)}:
@@ -177,6 +190,7 @@ class Registry(dict[str, V]):
         read of it imports no plugin: the policies' registries, read first, do."""
         super().__init__(entries)
         self.what = what
+        self.built_in = dict(entries)  # what a failed plugin import that made it puts back
         self.imports_plugins = not read_on_import
         Registry.made.append(self)  # type: ignore[arg-type]
 
@@ -192,9 +206,12 @@ class Registry(dict[str, V]):
         if why is not None:
             raise ValueError(f"{self.what} {name!r}{why}")
         self[name] = entry
-        # checked after the write: another thread's import that began after it saved it already
+        # checked after the write: another thread's import that began after it saved it already;
+        # the importing thread's own, made by the modules being imported (a failed one drops them)
         if _importing is not None and threading.get_ident() != _importer_id:
             _aside.add((id(self), name))
+        elif _importing is not None:
+            _registrars.update(_importing_here())
         return entry
 
     def _refused(self, name: object) -> str | None:

@@ -4,6 +4,8 @@ as one. Either way the registries are left as they were, so the module fixed is 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -69,3 +71,61 @@ def test_a_plugin_failing_is_still_a_plugin_error(quits):
     quits.write_text(PLUGIN + "raise RuntimeError('boom')\n")
     with pytest.raises(PluginError, match=r"cannot import 'quits_plugin' \(boom\)"):
         "quits" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+
+
+# a helper module of the plugin's registering a built-in entry under a name of its own, as
+# docs/extending.md registers a model family read as Llama
+HELPER = """
+from radixflow.costmodel.shape.config_readers import READERS
+from radixflow.models.registry import FAMILIES
+
+FAMILIES.register("quits_llama", "radixflow.models.families.llama:LlamaForCausalLM")
+READERS.register("quits_llama", READERS["llama"])
+"""
+
+
+def test_a_helper_module_registering_for_a_plugin_that_failed_registers_again(quits, monkeypatch):
+    # its entries went with the failed import, the helper itself stayed imported: the plugin,
+    # fixed, imported it as done, and `quits_llama` was unknown without a word
+    from radixflow.costmodel.shape.config_readers import READERS
+    from radixflow.models.registry import FAMILIES
+
+    (quits.parent / "quits_helper.py").write_text(HELPER)
+    monkeypatch.delitem(sys.modules, "quits_helper", raising=False)
+    quits.write_text("import quits_helper\nraise RuntimeError('boom')\n")
+    try:
+        with pytest.raises(PluginError, match=r"\(boom\)"):
+            "quits" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+        assert "quits_llama" not in dict.keys(FAMILIES)
+        quits.write_text("import quits_helper\n")
+        assert "quits_llama" in FAMILIES and "quits_llama" in READERS
+    finally:
+        dict.pop(FAMILIES, "quits_llama", None)
+        dict.pop(READERS, "quits_llama", None)
+        sys.modules.pop("quits_helper", None)
+
+
+FRESH = """
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.plugins import PluginError
+
+try:
+    "quits" in SCHEDULING_POLICIES
+except PluginError as e:
+    print(e)
+open("quits_plugin.py", "w").write("import quits_helper")
+from radixflow.costmodel.shape.config_readers import READERS
+print("quits_llama" in SCHEDULING_POLICIES or "quits_llama" in READERS)
+"""
+
+
+def test_a_registry_first_made_by_a_plugin_that_failed_is_put_back_too(tmp_path):
+    # the config readers, first imported by the helper, were made after the registries were
+    # saved, so kept `quits_llama`: the fixed plugin was refused it, 'registered already'
+    (tmp_path / "quits_helper.py").write_text(HELPER)
+    (tmp_path / "quits_plugin.py").write_text("import quits_helper\nraise RuntimeError('boom')\n")
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    env = {**os.environ, "PYTHONPATH": path, PLUGINS_ENV: "quits_plugin", "PYTHONDONTWRITEBYTECODE": "1"}
+    ran = subprocess.run([sys.executable, "-c", FRESH], env=env, cwd=tmp_path, capture_output=True, text=True)
+    said = "RADIXFLOW_PLUGINS: cannot import 'quits_plugin' (boom)"
+    assert ran.stdout.splitlines() == [said, "True"], ran.stderr

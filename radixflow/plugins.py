@@ -160,12 +160,17 @@ def _restore(saved: list[dict[str, object]]) -> None:
 
 
 def _why_not(module: str, e: BaseException) -> str:
-    """One line: why ``module`` could not be imported (``e``); a file's path named for it is
-    told to name its module (the path's import fails, or runs the file as a package). Pure."""
+    """One line: why ``module`` could not be imported (``e``); a path named for it is told to
+    name its module (the path's import fails, or runs the file as a package), a name no module
+    has ("a;b", "mod:Class", ".rel") how modules are named. Pure."""
     if module.endswith(".py") or any(sep in module for sep in "/\\"):
         stem = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
         named = f"name its module ({stem!r}), with its directory on PYTHONPATH"
-        return f"{PLUGINS_ENV}: {module!r} is a file: {named}"
+        return f"{PLUGINS_ENV}: {module!r} is a path: {named}"
+    missing = (isinstance(e, ModuleNotFoundError) and e.name == module) or module.startswith(".")
+    if missing and not all(part.isidentifier() for part in module.split(".")):
+        how = "name modules, comma-separated, as in fifo_plugin,lab.policies"
+        return f"{PLUGINS_ENV}: {module!r} is no module name: {how}"
     said = (str(e).splitlines() or [type(e).__name__])[0]
     if isinstance(e, SystemExit):  # an argparse parse at import time: its usage line is above
         said = f"it exits as it is imported: sys.exit({e.code!r})"

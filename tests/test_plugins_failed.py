@@ -129,3 +129,31 @@ def test_a_registry_first_made_by_a_plugin_that_failed_is_put_back_too(tmp_path)
     ran = subprocess.run([sys.executable, "-c", FRESH], env=env, cwd=tmp_path, capture_output=True, text=True)
     said = "RADIXFLOW_PLUGINS: cannot import 'quits_plugin' (boom)"
     assert ran.stdout.splitlines() == [said, "True"], ran.stderr
+
+
+@pytest.mark.parametrize("named", ["quits_plugin;other", "quits_plugin other", "quits_plugin:Quits", ".q"])
+def test_a_value_naming_no_module_is_told_how_modules_are_named(monkeypatch, named):
+    # was "No module named 'quits_plugin;other'", or a relative import's complaint about a
+    # 'package' argument
+    monkeypatch.setenv(PLUGINS_ENV, named)
+    forget_plugins()
+    try:
+        with pytest.raises(PluginError) as caught:
+            "native" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+    finally:
+        forget_plugins()
+    why = "name modules, comma-separated, as in fifo_plugin,lab.policies"
+    assert str(caught.value) == f"RADIXFLOW_PLUGINS: {named!r} is no module name: {why}"
+
+
+def test_a_directory_named_for_a_module_is_told_it_is_a_path(monkeypatch, tmp_path):
+    # was "... is a file: ..." of a directory
+    monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "lab"))
+    forget_plugins()
+    try:
+        with pytest.raises(PluginError) as caught:
+            "native" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+    finally:
+        forget_plugins()
+    said = f"RADIXFLOW_PLUGINS: {str(tmp_path / 'lab')!r} is a path: name its module ('lab'), with its "
+    assert str(caught.value) == said + "directory on PYTHONPATH"

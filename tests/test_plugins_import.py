@@ -149,7 +149,7 @@ def test_a_file_named_for_a_module_is_told_to_name_its_module(monkeypatch, named
             "native" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
     finally:
         forget_plugins()
-    said = f"RADIXFLOW_PLUGINS: {named!r} is a file: name its module ('waits_plugin'), with its "
+    said = f"RADIXFLOW_PLUGINS: {named!r} is a path: name its module ('waits_plugin'), with its "
     assert str(caught.value) == said + "directory on PYTHONPATH"
 
 
@@ -161,7 +161,7 @@ def test_a_plugin_named_by_its_file_then_by_its_module_registers_its_entries(tmp
     monkeypatch.setenv(PLUGINS_ENV, "waits_plugin.py")
     forget_plugins()
     try:
-        with pytest.raises(plugins.PluginError, match="is a file: name its module"):
+        with pytest.raises(plugins.PluginError, match="is a path: name its module"):
             "half" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
         monkeypatch.setenv(PLUGINS_ENV, "waits_plugin")
         assert "half" in SCHEDULING_POLICIES

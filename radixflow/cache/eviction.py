@@ -224,16 +224,17 @@ EVICTION_POLICIES: Registry[Callable[[EntrySizes | None], EvictionPolicy]] = Reg
 
 
 def lowered_key(policy: EvictionPolicy, kind: EntryKind) -> Callable[[Node, Priority, Priority], None] | None:
-    """For a policy not `coupled` (never requeued), what the queue of ``kind`` calls on an entry met
-    above its node's priority (a pop may have passed over the true victim); None for a coupled one."""
+    """What the queue of ``kind`` calls on an entry met above its node's priority (a pop may have
+    passed over the true victim): a key that dropped with no requeue; None for a built-in coupled one."""
     called = f"{policy.name!r} ({type(getattr(policy, 'inner', policy)).__qualname__})"  # checked or not
+    how = "but where the cache requeues them" if policy.coupled else "(coupled = True: the cache requeues)"
+    how = f"keys only grow {how}"
 
     def refuse(node: Node, key: Priority, current: Priority) -> None:
         said = f"{called} priority of node {node.id}'s {kind.value} entry dropped from {shown(key)}"
-        why = f"to {shown(current)} while queued: keys only grow (coupled = True: the cache requeues)"
-        raise ProblemError(Problem("eviction", f"{said} {why}"))
+        raise ProblemError(Problem("eviction", f"{said} to {shown(current)} while queued: {how}"))
 
-    return None if policy.coupled else refuse
+    return None if policy.coupled and not isinstance(policy, CheckedEviction) else refuse
 
 
 def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> EvictionPolicy:

@@ -136,27 +136,28 @@ def _import_each(named: str) -> None:
         try:
             importlib.import_module(module)
         except BaseException as e:  # its syntax, its `register` refusing a name, its sys.exit
-            _restore(saved)
-            for registrar in _registrars - before:  # imported again, it registers again
-                sys.modules.pop(registrar, None)
+            # the modules new to it that defined an entry dropped or registered one leave, so that
+            # their next import registers them again (one imported before, functools, stays)
+            for registering in (_restore(saved) | _registrars) - before:
+                sys.modules.pop(registering, None)
             if not isinstance(e, Exception | SystemExit):
                 raise  # a Ctrl-C goes on as one, the registries as they were
             raise PluginError(_why_not(module, e)) from e
 
 
-def _restore(saved: list[dict[str, object]]) -> None:
+def _restore(saved: list[dict[str, object]]) -> set[str]:
     """Each registry as ``saved`` (one made since, a module of the package the import imported
     first, as it was made), but for the names another thread registered meanwhile (`_aside`);
-    the modules that defined the entries dropped leave `sys.modules`, so that their next import
-    registers them again."""
+    returns the modules outside the package that define the entries dropped."""
     saved = saved + [registry.built_in for registry in Registry.made[len(saved) :]]
+    defining: set[str] = set()
     for registry, was in zip(Registry.made, saved, strict=True):
         kept = {n: e for n, e in dict.items(registry) if (id(registry), n) in _aside}
         added = [entry for name, entry in dict.items(registry) if name not in was and name not in kept]
-        for module in {_module_of(entry) for entry in added if from_outside(entry)}:
-            sys.modules.pop(module, None)
+        defining |= {_module_of(entry) for entry in added if from_outside(entry)}
         dict.clear(registry)
         dict.update(registry, was | kept)
+    return defining
 
 
 def _why_not(module: str, e: BaseException) -> str:

@@ -157,3 +157,28 @@ def test_a_directory_named_for_a_module_is_told_it_is_a_path(monkeypatch, tmp_pa
         forget_plugins()
     said = f"RADIXFLOW_PLUGINS: {str(tmp_path / 'lab')!r} is a path: name its module ('lab'), with its "
     assert str(caught.value) == said + "directory on PYTHONPATH"
+
+
+def test_a_failed_plugin_leaves_the_modules_imported_before_it(quits, monkeypatch):
+    # a module defining an entry it registered left sys.modules, imported before or not: the
+    # standard library's functools (of a partial), a module of the user's already in use
+    (quits.parent / "quits_kept.py").write_text("class Kept:\n    pass\n")
+    monkeypatch.delitem(sys.modules, "quits_kept", raising=False)
+    import functools
+
+    import quits_kept
+
+    monkeypatch.setitem(sys.modules, "functools", functools)  # put back should the test fail
+    quits.write_text(
+        "import functools\nimport quits_kept\nfrom radixflow.scheduler.policy import SCHEDULING_POLICIES\n"
+        "SCHEDULING_POLICIES.register('quits', functools.partial(quits_kept.Kept))\n"
+        "SCHEDULING_POLICIES.register('kept', quits_kept.Kept)\nraise RuntimeError('boom')\n"
+    )
+    try:
+        with pytest.raises(PluginError, match=r"\(boom\)"):
+            "quits" in SCHEDULING_POLICIES  # noqa: B015 (the read is what is tested)
+        assert sys.modules["functools"] is functools and sys.modules.get("quits_kept") is quits_kept
+        assert "kept" not in dict.keys(SCHEDULING_POLICIES)
+    finally:
+        dict.pop(SCHEDULING_POLICIES, "kept", None)
+        sys.modules.pop("quits_kept", None)

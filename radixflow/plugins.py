@@ -6,6 +6,7 @@ is first read in any process (the command line, a Ray worker); the modules the e
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -259,9 +260,12 @@ for _name in _READS:
 
 
 def _module_of(entry: object) -> str:
-    """The module that defines ``entry`` (a class, a factory; a model family's "module:Class")."""
+    """The module that defines ``entry`` (a class, a factory, a partial of one: of what it wraps;
+    a model family's "module:Class")."""
     if isinstance(entry, str):
         return entry.partition(":")[0]
+    while isinstance(entry, functools.partial):  # an eviction factory with a setting of its own
+        entry = entry.func
     return str(getattr(entry, "__module__", None) or type(entry).__module__)
 
 

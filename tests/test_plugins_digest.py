@@ -3,6 +3,7 @@ from that package computes the results too, so a change there is another code's 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 
@@ -80,3 +81,23 @@ def test_a_plugin_outside_any_package_is_digested_by_its_own_file_as_before(tmp_
     finally:
         dict.pop(SCHEDULING_POLICIES, "solo", None)
         sys.modules.pop("solo_plugin", None)
+
+
+def test_a_factory_registered_as_a_partial_is_the_module_of_what_it_wraps(tmp_path, monkeypatch):
+    # `functools.partial(Tuned, alpha=0.5)`, an eviction factory with a setting: its module was
+    # `functools`, so the code digest read functools.py, and Ray workers were told to import it
+    from radixflow.cache.eviction import EVICTION_POLICIES
+    from radixflow.plugins import PLUGINS_ENV
+    from radixflow.ray_start import worker_env
+
+    (tmp_path / "tuned_plugin.py").write_text("class Tuned:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(PLUGINS_ENV, raising=False)
+    tuned = importlib.import_module("tuned_plugin").Tuned
+    try:
+        EVICTION_POLICIES.register("tuned", functools.partial(functools.partial(tuned), alpha=0.5))
+        assert plugin_modules() == ["tuned_plugin"]
+        assert worker_env()[PLUGINS_ENV] == "tuned_plugin"
+    finally:
+        dict.pop(EVICTION_POLICIES, "tuned", None)
+        sys.modules.pop("tuned_plugin", None)

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
+from radixflow.plugin_errors import PLUGINS_ENV, PluginError, import_failure
 from radixflow.problems import warn
 
 V = TypeVar("V")
@@ -22,9 +23,6 @@ V = TypeVar("V")
 # an experiment's variant is `policy@placement+eviction+admission`: a name holding one of these
 # could never be named there
 SEPARATORS = ("@", "+")
-# modules to import before a registry is read, comma-separated: what a process of radixflow's own
-# (the command line, experiment --ray's workers, serve --replicas' replicas) knows of the user's
-PLUGINS_ENV = "RADIXFLOW_PLUGINS"
 _imported: str | None = None  # the PLUGINS_ENV whose modules are imported (None: not yet)
 _importing: str | None = None  # the PLUGINS_ENV whose modules the thread holding `_lock` imports
 _importer = ""  # the name of the thread that imports them
@@ -41,10 +39,6 @@ _lock = threading.RLock()
 # a thread waiting longer for another's import of the plugins says so, and waits on: a plugin
 # whose import waits for a thread that reads a registry (one it started) waits for ever
 SLOW_IMPORT_S = 10.0
-
-
-class PluginError(ValueError):
-    """A module PLUGINS_ENV names cannot be imported: one line naming it and why."""
 
 
 def import_plugins() -> None:
@@ -143,7 +137,7 @@ def _import_each(named: str) -> None:
                 sys.modules.pop(registering, None)
             if not isinstance(e, Exception | SystemExit):
                 raise  # a Ctrl-C goes on as one, the registries as they were
-            raise PluginError(_why_not(module, e)) from e
+            raise PluginError(import_failure(module, e)) from e
 
 
 def _restore(saved: list[dict[str, object]]) -> set[str]:
@@ -159,24 +153,6 @@ def _restore(saved: list[dict[str, object]]) -> set[str]:
         dict.clear(registry)
         dict.update(registry, was | kept)
     return defining
-
-
-def _why_not(module: str, e: BaseException) -> str:
-    """One line: why ``module`` could not be imported (``e``); a path named for it is told to
-    name its module (the path's import fails, or runs the file as a package), a name no module
-    has ("a;b", "mod:Class", ".rel") how modules are named. Pure."""
-    if module.endswith(".py") or any(sep in module for sep in "/\\"):
-        stem = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
-        named = f"name its module ({stem!r}), with its directory on PYTHONPATH"
-        return f"{PLUGINS_ENV}: {module!r} is a path: {named}"
-    missing = (isinstance(e, ModuleNotFoundError) and e.name == module) or module.startswith(".")
-    if missing and not all(part.isidentifier() for part in module.split(".")):
-        how = "name modules, comma-separated, as in fifo_plugin,lab.policies"
-        return f"{PLUGINS_ENV}: {module!r} is no module name: {how}"
-    said = (str(e).splitlines() or [type(e).__name__])[0]
-    if isinstance(e, SystemExit):  # an argparse parse at import time: its usage line is above
-        said = f"it exits as it is imported: sys.exit({e.code!r})"
-    return f"{PLUGINS_ENV}: cannot import {module!r} ({said})"
 
 
 def forget_plugins() -> None:

@@ -84,6 +84,7 @@ LEAVES = {
     "ray_start",
     "plugins",
     "plugin_digest",
+    "plugin_errors",
 }
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer

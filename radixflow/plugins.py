@@ -12,7 +12,9 @@ import inspect
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
+from types import FrameType
 from typing import ClassVar, TypeVar
 
 from radixflow.plugin_errors import PLUGINS_ENV, PluginError, import_failure
@@ -85,13 +87,35 @@ def _wait_for_lock(named: str) -> bool:
         return True
     if not _told and _importing is not None:  # None: the import ended as this thread gave up
         _told = True
-        why = "a plugin's import that waits for a thread reading a registry waits for ever"
-        warn(
-            f"{PLUGINS_ENV}: waited {SLOW_IMPORT_S:g} s for thread {_importer!r} importing "
-            f"{_importing!r}; waiting on ({why})"
-        )
+        _say_waited(_importer, _importing)
     _lock.acquire()
     return True
+
+
+def _say_waited(thread: str, importing: str) -> None:
+    """One line on stderr: this thread waited `SLOW_IMPORT_S` for ``thread``'s import of ``importing``."""
+    why = "a plugin's import that waits for a thread reading a registry waits for ever"
+    waited = f"waited {SLOW_IMPORT_S:g} s for thread {thread!r} importing {importing!r}"
+    warn(f"{PLUGINS_ENV}: {waited}; waiting on ({why})")
+
+
+def _await_import_elsewhere(module: str) -> None:
+    """Waits while another thread runs ``module``'s body (the user's own `import` of it), where
+    importing it would wait on Python's lock on the module without a word: says so after
+    `SLOW_IMPORT_S`, as a wait for the plugins' lock does, and waits on."""
+    start, told = time.monotonic(), False
+    while _half_made(module) and module not in _importing_here():
+        if not told and time.monotonic() - start >= SLOW_IMPORT_S:
+            told = True
+            _say_waited(_thread_importing(module), module)
+        time.sleep(0.005)
+
+
+def _thread_importing(module: str) -> str:
+    """The name of the thread whose stack runs ``module``'s body ("" where none does)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    frames = sys._current_frames()  # noqa: SLF001 (the one way to read another thread's stack)
+    return next((names.get(i, "") for i, f in frames.items() if module in _importing_here(f)), "")
 
 
 def _running_import_of(named: str) -> bool:
@@ -100,9 +124,10 @@ def _running_import_of(named: str) -> bool:
     return not _importing_here().isdisjoint(_modules(named))
 
 
-def _importing_here() -> set[str]:
-    """The modules whose bodies run on this thread's stack (being imported, or `__main__`)."""
-    names, frame = set(), inspect.currentframe()
+def _importing_here(frame: FrameType | None = None) -> set[str]:
+    """The modules whose bodies run on this thread's stack, or ``frame``'s (being imported, or
+    `__main__`)."""
+    names, frame = set(), frame or inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "<module>":
             names.add(str(frame.f_globals.get("__name__")))
@@ -129,6 +154,7 @@ def _import_each(named: str) -> None:
         before = set(sys.modules)  # a module mid-import (`__main__`, this plugin's) is in it
         _registrars.clear()
         try:
+            _await_import_elsewhere(module)
             importlib.import_module(module)
         except BaseException as e:  # its syntax, its `register` refusing a name, its sys.exit
             # the modules new to it that defined an entry dropped or registered one leave, so that

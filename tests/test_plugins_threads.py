@@ -91,3 +91,53 @@ def test_a_thread_reading_while_another_imports_a_plugin_itself_waits_for_the_pl
     reader.join(timeout=10)
     assert seen == [True]
     assert "late" in SCHEDULING_POLICIES
+
+
+# read as it is imported, then starting a thread that reads a registry and waiting for it (for
+# what the test lets it: a plugin waiting for ever hangs with no word of why)
+WAITING_PLUGIN = """
+import threading
+
+import slow_gate
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+"native" in SCHEDULING_POLICIES
+
+
+class Early(Native):
+    name = "early"
+
+
+SCHEDULING_POLICIES.register("early", Early)
+reader = threading.Thread(target=lambda: slow_gate.seen.append("early" in SCHEDULING_POLICIES))
+reader.start()
+slow_gate.told.wait(timeout=5)  # a safety net for a broken test, never the synchronisation
+"""
+
+
+def test_a_plugin_imported_itself_that_waits_for_a_thread_reading_a_registry_is_told(
+    tmp_path, monkeypatch, capsys
+):
+    # the thread waited, with no word, on Python's lock on the module the plugin's import held
+    (tmp_path / "waiting_plugin.py").write_text(WAITING_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = types.SimpleNamespace(told=threading.Event(), seen=[])
+    monkeypatch.setitem(sys.modules, "slow_gate", gate)
+    monkeypatch.setenv(PLUGINS_ENV, "waiting_plugin")
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_S", 0.0)  # the import holds the module: no wait is short
+    said = plugins.warn
+    monkeypatch.setattr(plugins, "warn", lambda line: (said(line), gate.told.set()))
+    forget_plugins()
+    try:
+        __import__("waiting_plugin")
+        sys.modules["waiting_plugin"].reader.join(timeout=10)
+    finally:
+        dict.pop(SCHEDULING_POLICIES, "early", None)
+        sys.modules.pop("waiting_plugin", None)
+        forget_plugins()
+    assert gate.told.is_set()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("radixflow: warning: RADIXFLOW_PLUGINS: waited 0 s for thread 'MainThread'")
+    assert "importing 'waiting_plugin'" in err
+    assert gate.seen == [True]

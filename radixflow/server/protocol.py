@@ -8,16 +8,22 @@ or refused (the tables in `refused`).
 
 from __future__ import annotations
 
-import math
-import sys
 from typing import Any, ClassVar
 
 from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
 from radixflow.generation.params import SamplingParams, unsent_max_tokens
-from radixflow.scheduler.sampling import alternatives_problem
-from radixflow.server.errors import TOKEN_ID_KEY, ApiError
+from radixflow.server.errors import ApiError
+from radixflow.server.protocol_fields import (
+    as_sent,
+    check_alternatives,
+    check_max_tokens,
+    finite,
+    key_problem,
+    most_alternatives,
+    token_biases,
+)
 from radixflow.server.refused import (
     CHAT_REFUSED,
     COMPLETION_REFUSED,
@@ -27,7 +33,7 @@ from radixflow.server.refused import (
 from radixflow.server.strict import INVALID, Refused, StrictBody, declaring
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-# the float fields (a bias is a float too): an integer sent to one is kept (`_as_sent`)
+# the float fields (a bias is a float too): an integer sent to one is kept (`as_sent`)
 FLOAT_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty")
 FLOAT_FIELDS += ("repetition_penalty", "logit_bias")
 
@@ -99,8 +105,8 @@ class _Generate(StrictBody):
         it), not pydantic's float of it ("got -101.0")."""
         checked = handler(value)
         if isinstance(value, dict) and isinstance(checked, dict):
-            return {key: _as_sent(value[key], bias) for key, bias in checked.items()}
-        return _as_sent(value, checked)
+            return {key: as_sent(value[key], bias) for key, bias in checked.items()}
+        return as_sent(value, checked)
 
     @field_validator("logit_bias", mode="before")
     @classmethod
@@ -109,10 +115,10 @@ class _Generate(StrictBody):
         (or its own): pydantic checks the values, which come first to it. From the first wrong
         value on, pydantic's error is the one said."""
         for key, bias in value.items() if isinstance(value, dict) else ():
-            why = _key_problem(key)
+            why = key_problem(key)
             if why is not None:
                 raise PydanticCustomError(INVALID, "{why}", {"why": why})
-            if isinstance(bias, bool) or not isinstance(bias, int | float) or not _finite(bias):
+            if isinstance(bias, bool) or not isinstance(bias, int | float) or not finite(bias):
                 break
         return value
 
@@ -121,7 +127,7 @@ class _Generate(StrictBody):
         ``prompt_logprobs``: what the engine computes (the door's own need and the client's)."""
         k = self.prompt_logprobs
         # checked as sent: echo's logprobs may raise the count the engine computes past it
-        _check_alternatives("prompt_logprobs", k)
+        check_alternatives("prompt_logprobs", k)
         if k is not None and self.stream:
             # as vLLM: a stream's chunks have no place for them
             raise ApiError(400, "prompt_logprobs cannot be returned in a stream", "prompt_logprobs")
@@ -151,7 +157,7 @@ class _Generate(StrictBody):
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            logit_bias=_token_biases(self.logit_bias or {}),
+            logit_bias=token_biases(self.logit_bias or {}),
         )
         problem = params.problem()
         if problem is not None:
@@ -204,13 +210,13 @@ class CompletionRequest(declaring("_Completion", _Generate, COMPLETION_REFUSED))
         return 1 if one else len(self.prompt)
 
     def params(self, context: int) -> SamplingParams:
-        _check_alternatives("logprobs", self.logprobs)
+        check_alternatives("logprobs", self.logprobs)
         if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
             max_tokens = unsent_max_tokens(OPENAI_COMPLETION_MAX_TOKENS, self.min_tokens)
         else:
-            max_tokens = _check_max_tokens(self.max_tokens, 0, context)
+            max_tokens = check_max_tokens(self.max_tokens, 0, context)
         echoed = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
-        return self.sampling(max_tokens, self.logprobs, _most(echoed, self.prompt_logprobs))
+        return self.sampling(max_tokens, self.logprobs, most_alternatives(echoed, self.prompt_logprobs))
 
 
 class ChatRequest(declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]
@@ -232,13 +238,13 @@ class ChatRequest(declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[
     def params(self, default_max_tokens: int, context: int) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
-        _check_alternatives("top_logprobs", self.top_logprobs)  # the engine's logprobs, named as sent
+        check_alternatives("top_logprobs", self.top_logprobs)  # the engine's logprobs, named as sent
         named = self.length_field
         given = getattr(self, named)
         if given is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
             max_tokens = unsent_max_tokens(default_max_tokens, self.min_tokens)
         else:
-            max_tokens = _check_max_tokens(given, 1, context, named)
+            max_tokens = check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         try:
             return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
@@ -255,59 +261,3 @@ def salted(cache_salt: str | None) -> str:
     """The cache namespace of a request with this ``cache_salt``: a salted one cannot collide with
     the unsalted one or another salt."""
     return "default" if cache_salt is None else f"salt:{cache_salt}"
-
-
-def _most(a: int | None, b: int | None) -> int | None:
-    """The larger of two optional alternative counts (None: neither asks)."""
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
-    """OpenAI's ``logit_bias`` (token ids as JSON keys) as (token, bias) pairs; ApiError 400 for
-    a key that is not a token id."""
-    pairs = []
-    for key, value in bias.items():
-        why = _key_problem(key)
-        if why is not None:
-            raise ApiError(400, f"logit_bias: {why}", "logit_bias")
-        pairs.append((int(key), value))
-    return tuple(pairs)
-
-
-def _as_sent(sent: Any, checked: Any) -> Any:
-    """``sent`` where it is an integer a float field took as ``checked`` (its float), else
-    ``checked``."""
-    return sent if type(sent) is int and isinstance(checked, float) else checked
-
-
-def _finite(bias: float) -> bool:
-    """Whether a float field takes ``bias`` (an integer past any float it does not, and
-    math.isfinite raises OverflowError on one)."""
-    return abs(bias) <= sys.float_info.max if isinstance(bias, int) else math.isfinite(bias)
-
-
-def _key_problem(key: str) -> str | None:
-    """Why ``key`` is no token id as a ``logit_bias`` key (None: it is one)."""
-    # decimal ASCII digits only: int() also reads " 3", "1_0" and other scripts' digits
-    if TOKEN_ID_KEY.fullmatch(key) is not None:
-        return None
-    shown = repr(key) if len(key) <= 40 else f"{key[:40]!r}..."  # one line, however long
-    return f"keys must be token ids, got {shown}"
-
-
-def _check_alternatives(param: str, k: int | None) -> None:
-    """ApiError 400 when ``k`` is no count of alternatives per token: the engine's check and
-    words (`alternatives_problem`), for a field the engine sees under another name or combined."""
-    problem = alternatives_problem(param, k)
-    if problem is not None:
-        raise ApiError.from_problem(problem)
-
-
-def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> int:
-    """``value`` as sent, once it is within bounds (the default is never checked here): at least
-    ``low`` (1 on chat), in `SamplingParams`' words for a count, and at most the model context."""
-    if value < low:
-        raise ApiError(400, f"{named}: must be an integer >= {low}, got {value}", named)
-    if value > context:
-        raise ApiError(400, f"{named}: must be at most the model context ({context}), got {value}", named)
-    return value

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from radixflow.cache import lookup
 from radixflow.cache.evictable import checkpoint_evictable, kv_evictable
 from radixflow.cache.node import Node
 from radixflow.cache.types import Readiness
@@ -79,6 +80,7 @@ def check_cache(cache: RadixCache) -> None:
     _require(held == cache.locked_nodes, f"{cache.locked_nodes - held} locked nodes not in the tree")
     _check_ledger(cache, len(tree_blocks) + len(private), len(slots), len(working))
     _check_queues(cache)
+    _check_remembered(cache)
     for producer, nodes in journals.adopted.items():
         for node in nodes:  # `withdraw` frees each journaled node's blocks: it must be in the tree
             _require(cache.tree.is_live(node), f"node {node.id}: journaled by {producer}, not in the tree")
@@ -122,6 +124,14 @@ def _check_queues(cache: RadixCache) -> None:
         for node in cache.tree.nodes():
             if queue.queued(node):
                 _require(node.id in stored, f"node {node.id}: queued without a heap entry")
+
+
+def _check_remembered(cache: RadixCache) -> None:
+    """Each path the publisher remembers for a next chunk's hint (`SpelledPaths`) is the one a
+    walk up from its node finds now: the tree's shape count moved with every change to it."""
+    for namespace, tokens, handle, path in cache.publisher.paths.remembered():
+        found = lookup.spelled(cache.tree, namespace, tokens, handle)
+        _require(found == path, f"node {handle.node_id}: a remembered path that the walk up no longer finds")
 
 
 def _check_registrations(in_tree: dict[int, int], registered: dict[int, int]) -> None:

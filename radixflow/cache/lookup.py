@@ -5,6 +5,7 @@ Nothing here changes the tree's structure; `match` may only refresh the LRU stam
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
 from radixflow.cache.node import Node, common_blocks
@@ -58,6 +59,67 @@ def spelled(tree: Tree, namespace: str, tokens: tuple[int, ...], handle: NodeHan
         return None
     path.reverse()
     return path
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    namespace: str
+    tokens: tuple[int, ...]  # what the path spells: the tokens up to its end
+    path: list[Node]
+
+
+class SpelledPaths:
+    """`spelled`'s answers, remembered by the node they end on while the tree keeps its shape
+    (`Tree.shape`): a request's next chunk, hinted by its lock, then skips the walk up (a decode
+    step's, one node per block of its sequence). A remembered answer is given only for the same
+    node, namespace and tokens up to its end (compared whole, in one tuple comparison); anything
+    else walks (`spelled`)."""
+
+    TOKENS = 1 << 20  # tokens kept at most (8 MB of references; the oldest answers go first)
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self._shape = tree.shape  # the shape every remembered answer was found in
+        self._known: dict[int, _Spelling] = {}  # node id -> its path, oldest first
+        self._held = 0  # tokens in ``_known``
+
+    def take(self, namespace: str, tokens: tuple[int, ...], handle: NodeHandle) -> list[Node] | None:
+        """`spelled(tree, namespace, tokens, handle)`, forgetting what was remembered for
+        ``handle`` (a lock moves down its path: asked once). The list is not to be mutated."""
+        known = self._forget(handle.node_id) if self._shape == self.tree.shape else None
+        if (
+            known is not None
+            and known.namespace == namespace
+            and self.tree.find_node(handle) is known.path[-1]
+            and tokens[: known.path[-1].end] == known.tokens
+        ):
+            return known.path
+        return spelled(self.tree, namespace, tokens, handle)
+
+    def remember(self, namespace: str, tokens: tuple[int, ...], path: list[Node]) -> None:
+        """Keep ``path``, what `spelled` finds now for its last node on ``tokens`` (the caller
+        made it so: every node materialized, from ``namespace``'s root)."""
+        if self._shape != self.tree.shape:
+            self._known.clear()
+            self._shape, self._held = self.tree.shape, 0
+        self._forget(path[-1].id)
+        spelling = _Spelling(namespace, tokens[: path[-1].end], path)
+        self._known[path[-1].id] = spelling
+        self._held += len(spelling.tokens)
+        while self._held > self.TOKENS:
+            self._forget(next(iter(self._known)))
+
+    def remembered(self) -> Iterator[tuple[str, tuple[int, ...], NodeHandle, list[Node]]]:
+        """Each answer `take` would give now from memory: namespace, tokens, node, path. Pure."""
+        if self._shape == self.tree.shape:
+            for node_id, known in self._known.items():
+                yield known.namespace, known.tokens, NodeHandle(node_id), known.path
+
+    def _forget(self, node_id: int) -> _Spelling | None:
+        known = self._known.pop(node_id, None)
+        if known is not None:
+            self._held -= len(known.tokens)
+        return known
 
 
 def published(tree: Tree, namespace: str, tokens: Sequence[int], position: int) -> bool:

@@ -23,6 +23,7 @@ class Publisher:
 
     def __init__(self, tree: Tree, journal: RoundJournal, evictor: Evictor, holdings: Holdings) -> None:
         self.tree, self.journal, self.evictor, self.holdings = tree, journal, evictor, holdings
+        self.paths = lookup.SpelledPaths(tree)  # where each extend's path ended: the next one's hint
 
     def extend(
         self,
@@ -68,6 +69,8 @@ class Publisher:
                 made[node.end] = self._pending_checkpoint(node, producer)
         if adopted:
             self.evictor.policy.computed(path[-1], adopted * bs)
+        if path:  # every node materialized now, from the root: what `spelled` would find
+            self.paths.remember(namespace, tokens, path)
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
 
@@ -80,7 +83,7 @@ class Publisher:
         walk splits none. None otherwise: then the walks from the root. Pure."""
         if hint is None or base == 0:
             return None
-        path = lookup.spelled(self.tree, namespace, tokens, hint)
+        path = self.paths.take(namespace, tokens, hint)
         if not path or path[-1].end != base:
             return None
         inner = [c for c in cuts if c < base]

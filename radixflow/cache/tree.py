@@ -37,6 +37,9 @@ class Tree:
         self._namespace_of: dict[int, str] = {}  # root id -> its namespace
         self._nodes: dict[int, Node] = {}
         self._next_id = 0
+        # bumped by whatever can change a materialized node's path up to its root (a split, a
+        # removal, KV dropped): while it holds, a path found once is still the path
+        self.shape = 0
 
     # ----------------------------------------------------------------- walking (pure)
     def roots(self) -> Collection[Node]:
@@ -89,6 +92,7 @@ class Tree:
             return
         del self._roots[self._namespace_of.pop(root.id)]
         del self._nodes[root.id]
+        self.shape += 1
 
     def path(
         self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
@@ -132,6 +136,8 @@ class Tree:
         assert node.parent is not None and (blocks is None) != (node.blocks is None)
         node.parent.live_children += 1 if blocks is not None else -1
         node.blocks = blocks
+        if blocks is None:
+            self.shape += 1
 
     def remove(self, node: Node) -> None:
         """Prune an unlocked leaf: unlinks it from its parent and the index (and forgets the
@@ -140,6 +146,7 @@ class Tree:
         assert parent is not None and not node.children and node.lock_ref == 0
         del parent.children[node.key[: self.block_size]]
         del self._nodes[node.id]
+        self.shape += 1
         if parent.parent is None:
             self.drop_if_bare(parent)
 
@@ -186,5 +193,6 @@ class Tree:
         upper.live_children = int(node.materialized)
         upper.children[node.key[:bs]] = node
         node.parent = upper
+        self.shape += 1
         self._on_split(upper, node)
         return upper

@@ -3,11 +3,14 @@ extended with any hint leaves the cache as one extended without, or is refused a
 
 from __future__ import annotations
 
+import contextlib
+
 from cache_utils import serve, snapshot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixflow.cache import RadixCache
+from radixflow.cache import RadixCache, lookup
+from radixflow.cache.pool import OutOfCapacity
 from radixflow.cache.types import NodeHandle
 
 BS = 2
@@ -62,3 +65,46 @@ def test_extend_with_a_hint_leaves_the_cache_as_without(data: st.DataObject) -> 
     assert snapshot(hinted) == snapshot(plain)
     assert _extend(hinted, tokens, start, end, ckpts, hint) == _extend(plain, tokens, start, end, ckpts, None)
     assert snapshot(hinted) == snapshot(plain)
+
+
+def _step(
+    cache: RadixCache, tokens: tuple[int, ...], start: int, end: int, lock: NodeHandle | None
+) -> NodeHandle | None:
+    """The request's chunk ``[start, end)`` extended from its lock (the hint), the lock moved to
+    the chunk's end and the round committed, as the scheduler's: its new lock (OutOfCapacity when
+    the pool is short, taking nothing)."""
+    blocks = cache.alloc_blocks(end // BS - start // BS)
+    ext = cache.extend("n", tokens, start, end, blocks, [], "r", hint=lock)
+    cache.relock(lock, ext.handle)
+    cache.commit("r")
+    cache.free_blocks(blocks)  # the ones the tree did not adopt (a partial block)
+    return ext.handle
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_remembered_path_is_what_the_walk_up_finds(data: st.DataObject) -> None:
+    """`SpelledPaths.take` (an extend's path, remembered for the next chunk's hint) answers as
+    `lookup.spelled`, for any namespace, tokens and node, as a request's chunks go on beside
+    other prompts that split its path (sharing some of its tokens) or, in a scarce cache, evict."""
+    cache = RadixCache(BS, 16, 8)
+    tokens = data.draw(st.lists(st.integers(0, 2), min_size=2, max_size=24).map(tuple))
+    lock, at = None, 0
+    for i in range(data.draw(st.integers(1, 8))):
+        if data.draw(st.booleans()) and at < len(tokens):
+            end = data.draw(st.integers(at + 1, min(at + 8, len(tokens))))
+            with contextlib.suppress(OutOfCapacity):  # the pool is short: the request waits
+                lock, at = _step(cache, tokens, at, end, lock), end
+        else:
+            shared = tokens[: data.draw(st.integers(0, len(tokens)))]
+            serve(cache, data.draw(st.sampled_from("nnm")), shared + data.draw(TOKENS), [], f"s{i}")
+        cache.check_integrity()  # each remembered path too
+        probe = tokens if data.draw(st.booleans()) else data.draw(TOKENS)
+        namespace = data.draw(st.sampled_from("nnm"))
+        hint = (
+            lock
+            if lock is not None and data.draw(st.booleans())
+            else NodeHandle(data.draw(st.integers(-1, 99)))
+        )
+        expected = lookup.spelled(cache.tree, namespace, probe, hint)
+        assert cache.publisher.paths.take(namespace, probe, hint) == expected

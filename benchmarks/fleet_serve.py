@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import signal
 import subprocess
@@ -38,7 +37,7 @@ import openai
 
 from radixflow.bench.provenance import write_figures
 from radixflow.bench.router_runs import RouterRun, Trial, report, summarize
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_now, loads_now, loads_text, rotated
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
 from radixflow.server.fleet_spawn import FleetLaunch, FleetServer, NotReady, fleet_servers, ray_settled
@@ -157,7 +156,7 @@ def measure_trial(
     args: argparse.Namespace, server: FleetServer, prompts: list[list[int]], trial: int, run: RouterRun
 ) -> Trial:
     """One trial's traffic to ``server``; its reuse is the growth of the server's /fleet figures."""
-    load = os.getloadavg()[0]
+    load = load_now()
     _, prompt0, reused0 = fleet_tokens(server.port)
     wall, latency = asyncio.run(drive(server.port, args.model, prompts, args.clients, run))
     run.per_replica, prompt1, reused1 = fleet_tokens(server.port)
@@ -244,13 +243,13 @@ def parsed(p: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[str]]:
 
 def main() -> int:
     args, routers = parsed(arguments())
-    load_before = os.getloadavg()
+    load_before = loads_now()
     try:
         runs = run_all(args, routers)
     except NotReady as e:  # a server refused its flags (a mistyped --model), or never came up
         raise SystemExit(f"fleet_serve: {e}") from None
-    load_after = os.getloadavg()
-    print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+    load_after = loads_now()
+    print(f"load average (1, 5, 15 min): before {loads_text(load_before)}, after {loads_text(load_after)}")
     for run in runs:
         report(run, args.repeat)
     doc = {

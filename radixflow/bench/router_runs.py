@@ -18,7 +18,7 @@ class Trial:
     wall_s: float
     mean_latency_s: float | None  # None: no request answered, no latency to average
     reuse_rate: float | None  # of this trial's prompts (the /fleet figures' growth over it)
-    load_1min: float  # the machine's load average as the trial began
+    load_1min: float | None  # the machine's load average as the trial began (None: none read)
 
 
 @dataclass

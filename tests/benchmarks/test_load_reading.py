@@ -38,8 +38,7 @@ def test_generation_throughputs_load_is_the_shared_readers(monkeypatch):
     assert paired_timing.loadavg() == "n/a"
 
 
-# fleet_serve.py is another area's (the fleet's): it still calls os.getloadavg itself
-OWN_READERS = {"spread.py", "fleet_serve.py"}
+OWN_READERS = {"spread.py"}
 
 
 def test_no_script_calls_os_getloadavg_itself():

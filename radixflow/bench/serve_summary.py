@@ -8,6 +8,7 @@ import statistics
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.serve_clients import Outcome
+from radixflow.bench.spread import load_text
 
 # the answer id each kind of request must come back with: this prefix and its X-Request-Id
 EXPECTED_PREFIX = {"score": "cmpl-", "chat": "chatcmpl-"}
@@ -88,8 +89,8 @@ def show(summary: dict[str, object]) -> None:
     machine = s.get("machine") or {}
     if machine:
         print(
-            f"{machine['cpus']} CPUs, load average (1 min) {machine['load_1min_before']:.1f} before, "
-            f"{machine['load_1min_after']:.1f} after"
+            f"{machine['cpus']} CPUs, load average (1 min) {load_text(machine['load_1min_before'])} before, "
+            f"{load_text(machine['load_1min_after'])} after"
         )
     print(
         f"sent {s['sent']}, completed {s['completed']}, lost {s['lost']}, "

@@ -45,3 +45,16 @@ def test_a_bad_duration_or_share_is_refused_by_the_command_line(monkeypatch, cap
         sl.parsed(sl.arguments())
     assert stopped.value.code == 2
     assert capsys.readouterr().err.count("error:") == 1
+
+
+def test_a_machine_with_no_load_average_is_summarized_as_such(capsys):
+    # serve_load records None where the platform has no load average (`spread.load_now`), and
+    # the summary's line then raised TypeError formatting None as a float, after the whole run
+    from radixflow.bench.serve_summary import show
+
+    summary = summarize(
+        _scores([0.1, 0.2]), 1.0, {"radixflow_reuse_rate": 0.5, "radixflow_rounds_total": 3.0}
+    )
+    summary["machine"] = {"cpus": 2, "load_1min_before": None, "load_1min_after": 1.5}
+    show(summary)
+    assert "2 CPUs, load average (1 min) n/a before, 1.50 after" in capsys.readouterr().out

@@ -668,9 +668,10 @@ def test_trace_md_names_every_method_of_the_observer_protocols():
 def test_the_periods_trace_serving_and_fleet_give_are_the_codes():
     """The intervals the pages state ("flushed every 5 s", "/health": "max(30 s, 20 × the longest
     round", "10 minutes before any round", replicas polled "every 0.25 s", Serve's health check
-    "every 1 s") are the declared ones."""
+    "every 1 s", a wait for a plugin's import told of "after 10 s") are the declared ones."""
     from radixflow.cluster.launch import HEALTH_CHECK_PERIOD_S, STATS_PERIOD_S
     from radixflow.engine.trace_file import FLUSH_EVERY_S
+    from radixflow.plugins import SLOW_IMPORT_S
     from radixflow.server.liveness import STALL_FIRST_ROUND_S, STALL_FLOOR_S, STALL_ROUNDS
 
     def read(name: str) -> str:
@@ -685,6 +686,8 @@ def test_the_periods_trace_serving_and_fleet_give_are_the_codes():
         f"digest every {STATS_PERIOD_S:g} s": "fleet.md",
         f"(within {STATS_PERIOD_S:g} s of its start)": "fleet.md",
         f"Serve's health check (every {HEALTH_CHECK_PERIOD_S:g} s": "fleet.md",
+        f"until they are all in, and after {SLOW_IMPORT_S:g} s says so": "extending.md",
+        f"waits for that import to end (after {SLOW_IMPORT_S:g} s saying so too)": "extending.md",
     }
     assert [phrase for phrase, doc in said.items() if phrase not in read(doc)] == []
 

@@ -7,6 +7,7 @@ these check the values beside them. Read from the source, so nothing but the met
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -59,12 +60,15 @@ def test_a_label_value_the_row_leaves_out_is_caught():
     assert _values_said(row) != _labelled()["radixflow_requests_total"]
 
 
-def _codes_sent() -> set[tuple[int, str]]:
+@functools.cache  # the package parsed once for both tests
+def _codes_sent() -> frozenset[tuple[int, str]]:
     """(status, code) of every error body the server and the fleet send: the codes a status
     carries whoever refuses (`STATUS_CODES`), and each code an `ApiError` or `error_body` call
-    in the source names for its literal status."""
+    in their source names for its literal status."""
     sent = set(STATUS_CODES.items())
-    for path in (ROOT / "radixflow").rglob("*.py"):
+    # an error body is made where HTTP is answered: the server's package and the fleet's
+    paths = [p for package in ("server", "cluster") for p in (ROOT / "radixflow" / package).rglob("*.py")]
+    for path in paths:
         for call in ast.walk(ast.parse(path.read_text())):
             if not isinstance(call, ast.Call) or ast.unparse(call.func) not in ("ApiError", "error_body"):
                 continue
@@ -73,7 +77,7 @@ def _codes_sent() -> set[tuple[int, str]]:
             for code in given:
                 if isinstance(code, ast.Constant) and isinstance(status, ast.Constant):
                     sent.add((status.value, code.value))
-    return sent
+    return frozenset(sent)
 
 
 def _codes_said(text: str) -> set[tuple[int, str]]:

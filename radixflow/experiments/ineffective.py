@@ -34,6 +34,7 @@ def ineffective(
     why; ``has_recurrent``: whether the cell's model has recurrent state; ``replaced``: keys that
     something else sets for every cell (`replaced`), with why."""
     sim = settings["runner"] == "sim"
+    groups = workload.get("groups")  # None: a workload given without (a caller's part of one)
     unread, no_scheduler = profile_notes(settings["hardware"]) if sim else (None, None)
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
@@ -56,8 +57,8 @@ def ineffective(
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
         (
             ("workload.skew", "workload.namespaces"),
-            workload["groups"] <= 1,
-            f"with {'one group' if workload['groups'] else 'no groups'} (groups = {workload['groups']})",
+            groups is not None and groups <= 1,
+            f"with {'one group' if groups else 'no groups'} (groups = {groups})",
         ),
         (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),
         (

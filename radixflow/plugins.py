@@ -38,6 +38,9 @@ _told = False  # whether a thread waiting for this import said so (once an impor
 # one thread imports the modules while the others wait (a server's handlers reading a registry
 # first at once); re-entrant: a plugin reads a registry as it is imported
 _lock = threading.RLock()
+# held from a name's check to its write: two threads registering one name at once would both pass
+# the check, and the second replace the first without a word
+_register_lock = threading.Lock()
 # a thread waiting longer for another's import of the plugins says so, and waits on: a plugin
 # whose import waits for a thread that reads a registry (one it started) waits for ever
 SLOW_IMPORT_S = 10.0
@@ -211,10 +214,11 @@ class Registry(dict[str, V]):
         """Adds ``entry`` as ``name`` and returns it; a ValueError, the registry unchanged, for a
         name it has already or one no door can spell. Imports no plugin: one registering a name
         that a plugin imported later takes is refused at that plugin's import instead."""
-        why = self._refused(name)
-        if why is not None:
-            raise ValueError(f"{self.what} {name!r}{why}")
-        self[name] = entry
+        with _register_lock:  # takes no other lock: the check reads no registry through a read
+            why = self._refused(name)
+            if why is not None:
+                raise ValueError(f"{self.what} {name!r}{why}")
+            self[name] = entry
         # checked after the write: another thread's import that began after it saved it already;
         # the importing thread's own, made by the modules being imported (a failed one drops them)
         if _importing is not None and threading.get_ident() != _importer_id:

@@ -1,7 +1,8 @@
 """A thread importing a RADIXFLOW_PLUGINS module itself (`import early_plugin`) whose body reads
 a registry before it registers its entries is served what is registered so far; another thread
 reading a registry meanwhile waits for the module to be whole, as it waits for an import through
-the variable (tests/test_plugins_import.py)."""
+the variable (tests/test_plugins_import.py). Two threads registering one name at once: the second
+is refused."""
 
 from __future__ import annotations
 
@@ -141,3 +142,59 @@ def test_a_plugin_imported_itself_that_waits_for_a_thread_reading_a_registry_is_
     assert err.startswith("radixflow: warning: RADIXFLOW_PLUGINS: waited 0 s for thread 'MainThread'")
     assert "importing 'waiting_plugin'" in err
     assert gate.seen == [True]
+
+
+class AskedLock:
+    """A lock that says (``asked``) when the thread named ``by`` asks for it."""
+
+    def __init__(self, by: str, asked: threading.Event) -> None:
+        self.lock, self.by, self.asked = threading.Lock(), by, asked
+
+    def __enter__(self) -> None:
+        if threading.current_thread().name == self.by:
+            self.asked.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_two_threads_registering_one_name_at_once_refuse_the_second(monkeypatch):
+    # both passed the check before either wrote: the second replaced the first without a word
+    checked, proceed, second_on = threading.Event(), threading.Event(), threading.Event()
+    monkeypatch.setattr(plugins, "_register_lock", AskedLock("second", second_on), raising=False)
+    refused = plugins.Registry._refused
+
+    def check(self, name):  # the first thread stops between its check and its write
+        why = refused(self, name)
+        if threading.current_thread().name == "first":
+            checked.set()
+            proceed.wait(timeout=30)  # a safety net for a broken test, never the synchronisation
+        return why
+
+    monkeypatch.setattr(plugins.Registry, "_refused", check)
+    registry = plugins.Registry("test entry", {})
+    plugins.Registry.made.remove(registry)  # no plugin's import puts it back
+    said: dict[str, str] = {}
+
+    def register(entry: str) -> None:
+        try:
+            registry.register("same", entry)
+            said[entry] = "registered"
+        except ValueError as e:
+            said[entry] = str(e)
+        second_on.set()  # ended without asking for the lock (before the fix): it ran its check
+
+    first = threading.Thread(target=register, args=("first",), name="first", daemon=True)
+    second = threading.Thread(target=register, args=("second",), name="second", daemon=True)
+    first.start()
+    assert checked.wait(timeout=30)
+    second.start()
+    assert second_on.wait(timeout=30)  # it waits for the lock, or it has registered
+    proceed.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert said["first"] == "registered"
+    taken = "test entry 'same' is registered already (first): register yours under another name"
+    assert said["second"] == taken
+    assert dict(registry) == {"same": "first"}

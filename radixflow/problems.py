@@ -150,7 +150,10 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def warn(message: str) -> None:
     """A one-line warning on stderr, as every command says one (the run goes on); here, a leaf,
     for the commands below the command line's package (calibrate's own, in `calibration`)."""
-    print(f"radixflow: warning: {message}", file=sys.stderr)
+    # one write, its newline in it: print writes them apart, and another thread's line written
+    # between the two ran on into this one (threads waiting for a plugin's import each say so)
+    if sys.stderr is not None:  # none at all under pythonw, where print writes nothing
+        sys.stderr.write(f"radixflow: warning: {message}\n")
 
 
 def built(

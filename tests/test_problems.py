@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 
-from radixflow.problems import Problem, counted, flag
+from radixflow.problems import Problem, counted, flag, warn
 
 
 @pytest.mark.parametrize(
@@ -65,3 +68,35 @@ def test_a_huge_value_is_shown_cut_not_digit_by_digit():
     assert problem is not None and problem.message == said
     problem = number_problem("rate", "y" * 100)
     assert problem is not None and len(problem.message) < 80, problem
+
+
+class HeldStream:
+    """A stream keeping what is written; the first write of the thread named ``held`` says so
+    (``kept``) and waits until ``go`` is set (another thread's whole warning in between)."""
+
+    def __init__(self, held: str, go: threading.Event) -> None:
+        self.text, self.held, self.go, self.kept = "", held, go, threading.Event()
+
+    def write(self, text: str) -> int:
+        self.text += text
+        if threading.current_thread().name == self.held and not self.go.is_set():
+            self.kept.set()
+            self.go.wait(timeout=30)  # a safety net for a broken test, never the synchronisation
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_warnings_of_two_threads_at_once_keep_to_their_own_lines(monkeypatch):
+    # print wrote the text and its newline apart: a warning of another thread between the two
+    # ran on the same line ("...firstradixflow: warning: second\n\n")
+    go = threading.Event()
+    monkeypatch.setattr(sys, "stderr", HeldStream("first", go))
+    first = threading.Thread(target=warn, args=("first",), name="first", daemon=True)
+    first.start()
+    assert sys.stderr.kept.wait(timeout=30)  # its first write is in: it waits in it
+    warn("second")
+    go.set()
+    first.join(timeout=30)
+    assert sys.stderr.text == "radixflow: warning: first\nradixflow: warning: second\n"

@@ -11,6 +11,7 @@ from radixflow.engine.arrivals import Arrivals
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.engine.records import AbortResult, RoundRecord
+from radixflow.engine.round_lock import between_rounds
 from radixflow.engine.round_report import empty_round, round_record
 from radixflow.engine.run_setup import make_cache, run_config
 from radixflow.engine.runner import RoundResult, Runner, generation_room, result_problem
@@ -32,6 +33,7 @@ from radixflow.scheduler.samples import FinishReason
 from radixflow.scheduler.scheduler import Scheduler
 
 
+@between_rounds  # from another thread, `step` and what changes requests wait for the round running
 class Engine:
     def __init__(
         self,
@@ -138,7 +140,7 @@ class Engine:
     def abort(self, request_id: str) -> AbortResult:
         """Cancel a request that has not finished: its locks, blocks and working slot are released.
 
-        Call between steps (the engine is single-threaded); status becomes ABORTED.
+        Between steps (from another thread it waits for the round running); status becomes ABORTED.
         """
         req = self._by_id.get(checked_id(request_id))
         if req is None:
@@ -156,7 +158,7 @@ class Engine:
     def stop(self, request_id: str) -> AbortResult:
         """End a request now, keeping what it generated (e.g. the caller saw a stop string).
 
-        Between steps; status FINISHED with finish reason STOP, its sequence stays cached.
+        Between steps, as `abort`; status FINISHED with finish reason STOP, its sequence stays cached.
         Returns STOPPED (UNKNOWN, ALREADY_DONE as `abort`).
         """
         req = self._by_id.get(checked_id(request_id))

@@ -45,7 +45,7 @@ def test_a_test_may_build_a_runner_on_more_torch_threads():
     torch = pytest.importorskip("torch")
     from radixflow.runners.footprint import set_torch_threads
 
-    set_torch_threads(2)
+    set_torch_threads(2, cpus=1)  # given: set as given (a given count is checked elsewhere)
     assert torch.get_num_threads() == 2
 
 

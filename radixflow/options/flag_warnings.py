@@ -11,7 +11,7 @@ from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
-from radixflow.options.machine import affinity_cpus
+from radixflow.options.machine import cpu_count
 from radixflow.options.runners import runner_name
 from radixflow.problems import flag
 
@@ -75,7 +75,7 @@ def unmodelled_scheduler(hardware: str) -> str | None:
 def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1") -> list[str]:
     """A warning where the torch runner's CPU clock would not read a round's work: off a CPU (the
     host thread's time leaves out the device's work it waits for), or counting threads spinning
-    (`spin_warning`; threads not given: torch's default, one per CPU of the affinity mask).
+    (`spin_warning`; threads not given: torch's default, one per CPU, `set_torch_threads`).
     ``one_thread``: one thread, as the door spells it."""
     if runner_name(options) != "torch" or options.clock != "cpu":
         return []
@@ -84,7 +84,7 @@ def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1"
             f"clock cpu on device {options.device} reads the host thread's CPU time, which leaves "
             "out the device's work a round waits for: use the wall clock there"
         ]
-    message = spin_warning(options.clock, options.torch_threads or affinity_cpus(), one_thread)
+    message = spin_warning(options.clock, options.torch_threads or cpu_count(), one_thread)
     return [] if message is None else [message]
 
 

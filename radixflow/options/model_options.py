@@ -38,9 +38,9 @@ class ModelOptions:
     device: str = option("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
     torch_threads: int | None = option(
         None,
-        "torch intra-op threads, at most this machine's CPUs (default: torch's; serve and run-batch: "
-        "the server's thread plan, one CPU left to the HTTP side per 8; serve --replicas: 1 per replica; "
-        "calibrate: 1)",
+        "torch intra-op threads, at most this machine's CPUs (default: torch's, at most those CPUs; "
+        "serve and run-batch: the server's thread plan, one CPU left to the HTTP side per 8; serve "
+        "--replicas: 1 per replica; calibrate: 1)",
         int,
         low=1,
         high=MAX_THREADS,

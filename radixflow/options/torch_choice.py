@@ -10,7 +10,7 @@ from typing import Any
 from radixflow.engine.runner import Runner
 from radixflow.options.choice import Capacity, EntryBytes
 from radixflow.options.engine_options import EngineOptions
-from radixflow.options.machine import pools_problem
+from radixflow.options.machine import cpu_count, pools_problem
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.footprint import BYTES_PER_ELEMENT
 from radixflow.scheduler.config import SchedulerConfig
@@ -67,8 +67,7 @@ class TorchChoice:
         from radixflow.runners.footprint import set_torch_threads
         from radixflow.runners.torch_runner import TorchRunner
 
-        if self.threads is not None:
-            set_torch_threads(self.threads)
+        set_torch_threads(self.threads, cpu_count())
         return _guard(
             lambda: TorchRunner(
                 self.checkpoint,

@@ -41,8 +41,13 @@ def footprint(path: str | Path) -> Footprint:
     return Footprint(BYTES_PER_ELEMENT * kv, BYTES_PER_ELEMENT * state)
 
 
-def set_torch_threads(threads: int) -> None:
-    """torch's intra-op thread count for this process (the torch runner's forward passes)."""
+def set_torch_threads(threads: int | None, cpus: int) -> None:
+    """torch's intra-op thread count for this process (the torch runner's forward passes):
+    ``threads``; none given, torch's own count (a thread per CPU of the affinity mask, or
+    OMP_NUM_THREADS) at most ``cpus``, this machine's: in a container whose CPU quota is below
+    its mask, torch's own count ran a thread per CPU of the host on the few the quota gives."""
     import torch
 
-    torch.set_num_threads(threads)
+    want = min(torch.get_num_threads(), cpus) if threads is None else threads
+    if want != torch.get_num_threads():
+        torch.set_num_threads(want)

@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute, APIRouter
 from starlette.requests import Request as HttpRequest
 
 from radixflow.package import package_version
@@ -28,10 +29,26 @@ def create_app(state: ServerState) -> FastAPI:
     install_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
     for module in (completions, chat, score, tokenize):
+        _answer_head_as_get(module.router)
         app.include_router(module.router)
     _add_model_routes(app, state)
     _add_status_routes(app, state)
+    _answer_head_as_get(app.router)
     return app
+
+
+def _answer_head_as_get(router: APIRouter) -> None:
+    """Each GET route of ``router`` answers HEAD too, as HTTP asks (a load balancer probes
+    ``HEAD /health``; FastAPI's GET routes answered it 405): a twin route on the same endpoint,
+    left out of the OpenAPI schema (one operation id per function). The server sends the
+    headers, not the body. Once per route: a module's router outlives the app it joined."""
+    routes = [r for r in router.routes if isinstance(r, APIRoute)]
+    twinned = {r.path for r in routes if "HEAD" in r.methods}
+    for route in routes:
+        if "GET" in route.methods and route.path not in twinned:
+            router.add_api_route(
+                route.path, route.endpoint, methods=["HEAD"], include_in_schema=False, name=route.name
+            )
 
 
 async def _client_gone(_: HttpRequest, __: Exception) -> Response:

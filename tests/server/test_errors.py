@@ -426,6 +426,23 @@ def test_a_route_the_server_lacks_is_named_in_its_error(served, method, path, st
         assert r.headers["allow"] == message.rsplit(" ", 1)[-1]
 
 
+@pytest.mark.parametrize(
+    "path", ["/health", "/version", "/metrics", "/v1/models", f"/v1/models/{MODEL}", "/tokenizer_info"]
+)
+def test_head_on_a_get_route_answers_as_get_without_a_body(served, path):
+    """A load balancer probing ``HEAD /health`` (HAProxy's ``option httpchk HEAD``) got a 405:
+    HTTP asks every server that takes GET on a resource to take HEAD on it."""
+    with served.http() as http:
+        got, head = http.get(path), http.head(path)
+    assert (head.status_code, head.content) == (got.status_code, b""), head.text
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_head_on_a_post_route_is_still_a_405_naming_it(served):
+    r = served.http().head("/v1/completions")
+    assert (r.status_code, r.headers["allow"]) == (405, "POST")
+
+
 def engine_state(served: RunningServer) -> tuple[int, int, int]:
     def look(engine):
         engine.check_integrity()

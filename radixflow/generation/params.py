@@ -68,7 +68,14 @@ class SamplingParams(TokenSamplingParams):
         for name in ("stop", "bad_words"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, ())
-        for name in ("n", "truncate_prompt_tokens"):  # numpy's integers as Python's (`plain`)
+        # numpy's integers and bools as Python's (`plain`)
+        for name in (
+            "n",
+            "truncate_prompt_tokens",
+            "ignore_eos",
+            "include_stop_str_in_output",
+            "skip_special_tokens",
+        ):
             object.__setattr__(self, name, plain(getattr(self, name)))
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))

@@ -17,6 +17,7 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import Messages, Prompt, PromptReader, is_conversation
 from radixflow.problems import Problem, shown
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling_checks import plain
 
 SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logprobs, nothing generated
 
@@ -76,6 +77,7 @@ def specials_asked(
     """Whether a text ``context`` is tokenized with the tokenizer's special tokens (None: not
     given, it is); `ScoringInputError` naming ``add_special_tokens`` for a value that is no bool
     (quoted by ``show``), or true given beside a conversation, as /v1/score refuses them."""
+    add_special_tokens = plain(add_special_tokens)  # numpy's bool as Python's
     if add_special_tokens is None:
         return True
     if not isinstance(add_special_tokens, bool):

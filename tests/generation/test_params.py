@@ -14,6 +14,7 @@ from radixflow.generation.params import (
     SamplingParams,
     choice_seed,
 )
+from radixflow.generation.scoring import specials_asked
 
 
 @pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1])
@@ -242,6 +243,25 @@ def test_numpy_integers_are_read_as_the_integers_they_are():
     p = SamplingParams(n=np.int64(2), truncate_prompt_tokens=np.int32(3), seed=np.int64(1))
     assert p.problem() is None and p == SamplingParams(n=2, truncate_prompt_tokens=3, seed=1)
     assert [type(c.seed) for c in p.choices()] == [int, int]
+
+
+@pytest.mark.parametrize("field", ["ignore_eos", "include_stop_str_in_output", "skip_special_tokens"])
+def test_numpy_bools_are_read_as_the_bools_they_are(field):
+    # ignore_eos=np.True_ (a flag from an array of them) was refused as "must be true or false,
+    # got np.True_", where numpy's numbers are read as Python's
+    import numpy as np
+
+    for flag in (True, False):
+        p = SamplingParams(**{field: np.bool_(flag)})
+        assert p.problem() is None and p == SamplingParams(**{field: flag})
+        assert type(getattr(p, field)) is bool
+
+
+def test_a_numpy_bool_as_add_special_tokens_is_the_bool_it_is():
+    import numpy as np
+
+    assert specials_asked("some text", np.False_) is False
+    assert specials_asked("some text", np.True_) is True
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from radixflow.options.numerals import Written
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, shown
 from radixflow.scheduler.sampling_checks import bias_name
 from radixflow.server.json_body import as_typed
-from radixflow.server.strict import INVALID, SURROGATE, UNSUPPORTED
+from radixflow.server.strict import INVALID, SURROGATE, UNKNOWN, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
 
@@ -129,6 +129,8 @@ def validation_message(
     if not loc and kind == SURROGATE:  # in a field nobody declared: the path names it
         ctx = first.get("ctx", {})
         return f"{ctx.get('path')}: {first.get('msg')}", ctx.get("param")
+    if not loc and kind == UNKNOWN:  # a field nobody declared, on a route that refuses them
+        return str(first.get("msg")), first.get("ctx", {}).get("param")
     if not loc and isinstance(first.get("input"), bytes):  # left unparsed: not labelled JSON
         why = "the request body must be sent as JSON (Content-Type: application/json)"
         return f"{why}, got Content-Type: {content_type or 'none'}", None

@@ -22,6 +22,7 @@ class ScoreRequest(declaring("_Score", StrictBody, SCORE_REFUSED)):  # type: ign
     replies)."""
 
     REFUSED: ClassVar[dict[str, Refused]] = SCORE_REFUSED
+    UNKNOWN_REFUSED: ClassVar[bool] = True  # RadixFlow's own route: a misspelt field is a mistake
 
     model: str
     context: str | list[int] | None = None

@@ -11,7 +11,9 @@ the fields nobody declared (ignored, but not their Unicode). The body itself mus
 
 Refused fields: a known OpenAI or vLLM field asking for something the server does not do is a 400
 naming it, unless its value asks for nothing (its default, or a listed no-op such as ``tools: []``).
-Fields nobody declared are ignored, as OpenAI clients send many.
+Fields nobody declared are ignored, as OpenAI clients send many; on a route of RadixFlow's own
+(``UNKNOWN_REFUSED``: /v1/score, which no OpenAI client sends to) they are a 400 naming them, as a
+``score --input`` line's are: a misspelt ``cache_salt`` would share a namespace unsaid.
 
 Each failure is a pydantic error located at its field, so the 400's ``param`` is that field.
 """
@@ -28,6 +30,7 @@ from pydantic_core import PydanticCustomError
 SURROGATE = "surrogate"  # pydantic error types raised here (errors.py turns them into one line)
 UNSUPPORTED = "unsupported"
 INVALID = "invalid"  # a value a field's own check refuses: the message follows the field's name
+UNKNOWN = "unknown_field"  # a field nobody declared, on a body that refuses them (`UNKNOWN_REFUSED`)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class StrictBody(BaseModel):
 
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
     REFUSED: ClassVar[dict[str, Refused]] = {}
+    UNKNOWN_REFUSED: ClassVar[bool] = False  # True: a field nobody declared is a 400, not ignored
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +80,10 @@ class StrictBody(BaseModel):
             where = surrogate_at(value)
             if where is not None:
                 raise _surrogate_error(f"{key}{where[0]}", key, where[1])
+            if cls.UNKNOWN_REFUSED:
+                known = ", ".join(f for f in cls.model_fields if f not in cls.REFUSED)
+                why = f"unknown field {key!r} (known: {known})"  # a `score --input` line's words
+                raise PydanticCustomError(UNKNOWN, "{why}", {"why": why, "param": key})
         return data
 
     @field_validator("*", mode="after")

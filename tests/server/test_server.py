@@ -387,6 +387,15 @@ def test_a_failed_score_names_the_candidate_not_a_prompt(served):
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or token-id lists, got"),
         # the answer comes whole: a client reading server-sent events got one JSON body (ignored)
         ({"stream": True}, "stream", "stream: not implemented for /v1/score"),
+        # a route of RadixFlow's own, which no OpenAI client sends extra fields to: a misspelt
+        # field (the namespace's cache_salt, add_special_tokens) was ignored unsaid, where a
+        # `score --input` line refuses it
+        (
+            {"cache-salt": "tenant-a"},
+            "cache-salt",
+            "unknown field 'cache-salt' (known: model, context, messages, candidates, add_special_tokens,"
+            " cache_salt)",
+        ),
         # for a text context only: with a conversation the flag was ignored unsaid
         (
             {"context": None, "messages": [user("hi")], "add_special_tokens": True},

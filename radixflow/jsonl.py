@@ -61,19 +61,22 @@ def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
             yield n, line
 
 
-def json_value(text: str | bytes) -> Any:
+def json_value(
+    text: str | bytes, unique: bool = False, parse_float: Callable[[str], Any] | None = None
+) -> Any:
     """``text``'s value, as ``json.loads`` reads it; a ValueError for every document it cannot
     read, also one nested past Python's recursion limit (the parser recurses per bracket and
     raised RecursionError, which the readers that catch ValueError for "not JSON" let out as a
-    traceback: a garbled or hostile file)."""
+    traceback: a garbled or hostile file). ``unique``: `KeyTwice` for a key an object gives
+    twice, where JSON silently keeps its last value; ``parse_float``: as ``json.loads`` takes it."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_once if unique else None, parse_float=parse_float)
     except RecursionError:
         raise ValueError(TOO_DEEP) from None
 
 
-class _KeyTwice(ValueError):
-    pass
+class KeyTwice(ValueError):
+    """A key one JSON object gives twice (its only argument)."""
 
 
 def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for key, value in pairs:
         if key in row:
-            raise _KeyTwice(key)
+            raise KeyTwice(key)
         row[key] = value
     return row
 
@@ -97,7 +100,7 @@ def json_object(
         raise ValueError(STRAY_BOM)
     try:
         row = json.loads(line, object_pairs_hook=_once if unique else None, parse_float=parse_float)
-    except _KeyTwice as e:
+    except KeyTwice as e:
         raise ValueError(f"field {e.args[0]!r} given twice") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None

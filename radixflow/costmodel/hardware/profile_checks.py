@@ -63,7 +63,27 @@ class Range:
         return f"a number from {self.low:g} to {self.high:g} ({self.unit}){null}"
 
 
+class Written(float):
+    """A number a file wrote past what a float holds (``1e400``), kept as written so a refusal
+    quotes it (JSON's writer says "Infinity", a word the file never held). The checks refuse it."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> Written:
+        made = super().__new__(cls, value)
+        made.text = text
+        return made
+
+
+def as_written(text: str) -> float:
+    """A JSON number's ``parse_float``: the float, or `Written` where it is past any float."""
+    value = float(text)
+    return value if math.isfinite(value) else Written(value, text)
+
+
 def show(value: object) -> str:
+    if isinstance(value, Written):
+        return value.text
     try:
         text = json.dumps(value, allow_nan=True)
     except (TypeError, ValueError):

@@ -11,6 +11,7 @@ from radixflow.costmodel.hardware.profile_checks import (
     CHECKS,
     ProfileError,
     Range,
+    as_written,
     profile_error,
     profile_problems,
     show,
@@ -19,7 +20,7 @@ from radixflow.costmodel.hardware.profile_checks import (
 )
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.files import write_whole
-from radixflow.jsonl import json_value, read_text
+from radixflow.jsonl import KeyTwice, json_value, read_text
 
 # The keys of a file in the torch runner's store of fitted round profiles (`runners.profile_store`)
 STORED_KEYS = {"model", "machine", "profile"}
@@ -56,7 +57,9 @@ def load_profile(path: str | Path) -> HardwareProfile:
     except ValueError as e:
         raise ProfileError(f"hardware profile {path}: {e}") from None
     try:
-        data = json_value(text)
+        data = json_value(text, unique=True, parse_float=as_written)
+    except KeyTwice as e:  # JSON keeps the last value: one of two edits would run unsaid
+        raise ProfileError(f"hardware profile {path}: key {e.args[0]!r} given twice") from None
     except ValueError as e:  # JSONDecodeError, 4300+ digit ints, nesting
         raise ProfileError(f"hardware profile {path} is not valid JSON: {e}") from None
     return profile_from_dict(data, str(path))

@@ -310,3 +310,29 @@ def test_a_file_naming_kernels_with_a_fitted_rate_is_refused(
     assert "\n" not in text and info.value.problem.param == key
     # at its default (no scale, no rate) the key is no figure: the built-in profiles write it so
     assert load_profile(_saved(tmp_path, replace(HARDWARE["h200"], kernels=kernels))).kernels == kernels
+
+
+def test_a_key_given_twice_is_refused_not_read_as_its_last_value(tmp_path: Path) -> None:
+    """JSON keeps an object's last value for a key given twice: a profile edited by adding a
+    second "flops" line ran on one of the two unsaid (a JSONL trace line refuses it)."""
+    path = tmp_path / "p.json"
+    text = json.dumps(GOOD)
+    path.write_text(text.replace('{"', '{"flops": 1e12, "', 1))
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    assert str(info.value) == f"hardware profile {path}: key 'flops' given twice"
+    nested = {**GOOD, "kind_scale": {"attention": 1.0}}
+    path.write_text(json.dumps(nested).replace('{"attention"', '{"attention": 2.0, "attention"'))
+    with pytest.raises(ProfileError, match="key 'attention' given twice"):
+        resolve_hardware(str(path))
+
+
+@pytest.mark.parametrize("typed", ["1e400", "-1E+999"])
+def test_a_number_past_a_float_is_quoted_as_written(tmp_path: Path, typed: str) -> None:
+    """``1e400`` in a file was said as "got Infinity", a word the file never held."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**GOOD, "flops": 1.0}).replace('"flops": 1.0', f'"flops": {typed}'))
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    assert str(info.value).startswith(f"{path}: profile key 'flops' "), info.value
+    assert str(info.value).endswith(f"got {typed}"), info.value

@@ -27,8 +27,23 @@ class ExperimentConfigError(ValueError):
     """A config mistake, reported as one line naming the key."""
 
 
+# a Python bool in a value quoted back ("got True"), or a quoted string (left as it is)
+_PY_BOOL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|\b(True|False)\b""")
+
+
 def fail(origin: str, key: str, why: str) -> ExperimentConfigError:
-    return ExperimentConfigError(f"{origin}: {key}: {why}")
+    return ExperimentConfigError(f"{origin}: {key}: {toml_spelled(why)}")
+
+
+def toml_spelled(why: str) -> str:
+    """``why`` with the value it quotes back (after its last "got ") spelled as TOML spells a
+    bool, ``true``: the checks are the options' (shared with LLM's keywords), which quote Python's
+    ``True``, a word a TOML file given it back refuses. Strings quoted in the value stay."""
+    head, got, value = why.rpartition("got ")
+    if not got:
+        return why
+    spelled = _PY_BOOL.sub(lambda m: m.group(1) or m.group(2).lower(), value)
+    return head + got + spelled
 
 
 def experiment_name(data: dict[str, Any], origin: str) -> str:

@@ -420,6 +420,14 @@ def test_chat_renders_the_template_as_transformers_does(llm):
     assert len(reply.token_ids) == 3
 
 
+def test_chat_with_max_tokens_0_scores_the_conversation_where_the_chat_route_refuses_it(llm):
+    # docs/usage.md: the offline chat takes max_tokens=0 (prompt_logprobs alone); the chat route,
+    # as OpenAI's, takes at least 1 (tests/server/test_errors.py pins its refusal)
+    (out,) = llm.chat([{"role": "user", "content": "Hi"}], SCORE)
+    assert out.token_ids == () and out.text == ""
+    assert len(out.prompt_logprobs) == len(out.prompt_token_ids) > 1
+
+
 def test_chat_template_errors_are_one_line():
     # "use completions" was the server's word for it, said by LLM.chat and `generate --chat` too
     with pytest.raises(ChatTemplateError, match=r"^this model has no chat template: send a plain prompt"):

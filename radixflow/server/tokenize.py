@@ -18,6 +18,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol_tokens import DetokenizeRequest, TokenizeRequest, check_specials_with_messages
 from radixflow.server.state import ServerState
+from radixflow.server.submission import while_connected
 
 router = APIRouter(route_class=FastJsonRoute)
 
@@ -44,7 +45,9 @@ async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of prompt and messages", "prompt")
     check_specials_with_messages(body)
-    ids, strs = await state.offload(_tokenize, body, state.unbounded_tokenizer)  # seconds for a long text
+    # seconds for a long text: dropped if the client leaves while it waits for a thread, as a prompt is
+    work = state.offload(_tokenize, body, state.unbounded_tokenizer)
+    ids, strs = await while_connected(http, work)
     out: dict[str, object] = {"count": len(ids), "max_model_len": state.longest, "tokens": ids}
     if strs is not None:
         out["token_strs"] = strs
@@ -73,4 +76,4 @@ async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, ob
     bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
     if bad is not None:
         raise ApiError(400, f"tokens: {outside_vocabulary(bad, vocab)}", "tokens")
-    return {"prompt": await state.offload(state.tokenizer.decode, body.tokens)}
+    return {"prompt": await while_connected(http, state.offload(state.tokenizer.decode, body.tokens))}

@@ -20,6 +20,7 @@ import pytest
 from server_utils import HTTP_TIMEOUT_S, MODEL, RunningServer, running_server
 
 import radixflow.server.completions as completions
+import radixflow.server.tokenize as tokenize
 from radixflow.server.state import ServerConfig
 
 DEADLINE_S = HTTP_TIMEOUT_S  # against a hang on a loaded machine (busy CI: load 20), never a speed test
@@ -486,3 +487,49 @@ def test_a_prompt_whose_client_left_while_it_waited_for_a_tokenizer_thread_is_ne
         gate.set()
     assert_nothing_held(served)
     assert tokenized == ["hold"] * threads
+
+
+def test_a_tokenize_body_whose_client_left_while_it_waited_for_a_tokenizer_thread_is_never_tokenized(
+    served, monkeypatch
+):
+    """The engine routes drop a prompt whose client left while it waited for a tokenizer thread;
+    /tokenize tokenized it anyway (a long text in the long lane, ahead of the next)."""
+    threads = served.server.state.config.tokenizer_threads
+    busy, gate, tokenized, cancelled = threading.Semaphore(0), threading.Event(), [], []
+    prepare, encode = completions.prepare, tokenize._tokenize
+    state = served.server.state
+    offload = state.offload
+
+    def held(body, *args):
+        busy.release()
+        assert gate.wait(2 * DEADLINE_S)  # past the test's own waits: it fails first
+        return prepare(body, *args)
+
+    def seen(body, *args):
+        tokenized.append(body.prompt)
+        return encode(body, *args)
+
+    async def watched(fn, *args):
+        try:
+            return await offload(fn, *args)
+        except asyncio.CancelledError:
+            cancelled.append(fn)
+            raise
+
+    monkeypatch.setattr(completions, "prepare", held)
+    monkeypatch.setattr(tokenize, "_tokenize", seen)
+    monkeypatch.setattr(state, "offload", watched)
+    holders = []
+    try:
+        holders = [raw_post(served, "/v1/completions", long_body(False, prompt="x")) for _ in range(threads)]
+        for _ in holders:
+            assert busy.acquire(timeout=DEADLINE_S)  # every tokenizer thread is busy
+        gone = raw_post(served, "/tokenize", {"model": MODEL, "prompt": "gone"})
+        gone.close()
+        wait_for(lambda: seen in cancelled, "the server saw the client leave")
+    finally:
+        gate.set()
+        for sock in holders:
+            sock.close()
+    after = served.http().post("/tokenize", json={"model": MODEL, "prompt": "after"})
+    assert after.status_code == 200 and tokenized == ["after"], tokenized

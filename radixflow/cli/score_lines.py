@@ -47,7 +47,7 @@ def read_jobs(path: Path) -> list[ScoreJob]:
 def _job(n: int, line: str) -> ScoreJob:
     """Line ``n`` as a `ScoreJob`; ValueError naming the line where it is none."""
     try:
-        row = json_object(line, "context, candidates")
+        row = json_object(line, "context, candidates", unique=True)  # JSON keeps a key's last value
     except ValueError as e:
         raise ValueError(f"line {n}: {e}") from None
     unknown = sorted(set(row) - set(FIELDS))

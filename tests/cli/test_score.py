@@ -184,6 +184,19 @@ def test_a_line_of_another_shape_is_refused_before_the_model_loads(monkeypatch, 
     assert out == "" and err == f"radixflow: error: --input {given}: line 1: {said}\n"
 
 
+def test_a_line_giving_a_field_twice_is_refused_not_read_as_its_last_value(monkeypatch, capsys, tmp_path):
+    # JSON keeps the last value: a line edited by adding a second "candidates" scored one of
+    # the two unsaid, where the line refuses a field it does not know (as a trace line does)
+    from radixflow.cli import main
+
+    monkeypatch.setattr(LLM, "from_options", _no_load)
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"context": "a", "candidates": [" b"], "candidates": [" c"]}\n')
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"radixflow: error: --input {given}: line 1: field 'candidates' given twice\n"
+
+
 @pytest.mark.parametrize("chat", [[], ["--chat"]])
 def test_a_context_the_model_refuses_is_named_by_its_flag(zoo, capsys, chat):
     # it was "context: has 2701 tokens; ...", the API's name, where every other refusal of the

@@ -289,6 +289,10 @@ def test_placement_and_admission_with_no_state_slots_are_warned_about(capsys):
     assert "radixflow: warning: --placement has no effect with --state-slots 0" in capsys.readouterr().err
 
 
+# the workload keys `experiments.ineffective` reads (54210d73 made it read groups: KeyError here)
+WORKLOAD = {"arrival": "batch", "groups": 4}
+
+
 def test_a_decode_fixed_cost_on_a_sim_run_is_warned_about(capsys):
     # a sim run's requests (bench's generated or traced workload, an experiment cell's) generate
     # one token each, sampled at their prefill's end: no worker call is ever decode-only, so
@@ -302,7 +306,7 @@ def test_a_decode_fixed_cost_on_a_sim_run_is_warned_about(capsys):
     from radixflow.experiments.ineffective import ineffective as cell_ineffective
 
     settings = {**CELL_KEYS, "runner": "sim"}
-    assert "one token" in cell_ineffective(settings, {"arrival": "batch"}, True, {})["decode_fixed_cost_ms"]
+    assert "one token" in cell_ineffective(settings, WORKLOAD, True, {})["decode_fixed_cost_ms"]
 
 
 def test_one_sim_option_on_the_torch_runner_is_told_it_sets_the_cost_model_in_the_singular():
@@ -319,7 +323,7 @@ def test_a_toml_cell_with_no_state_slots_warns_of_its_placement_and_admission():
     from radixflow.experiments.ineffective import ineffective as cell_ineffective
 
     settings = {**CELL_KEYS, "runner": "sim", "state_slots": 0}
-    workload = {"arrival": "batch"}
+    workload = WORKLOAD
     idle = cell_ineffective(settings, workload, True, {})
     assert "state_slots = 0" in idle["placement"] and "state_slots = 0" in idle["admission"]
     # a capacity replaces the slots given: the placement then matters again

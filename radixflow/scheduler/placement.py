@@ -103,7 +103,9 @@ class LonePlacement(BranchPlacement):
         deepest = max(known, default=0)
         if deepest >= ctx.end:
             return sorted(points)  # a guess must lie past the deepest known branch: none fits
-        for pos in self._guesses(ctx, lone=not known):
+        # a known copy or prefix of this prompt is a known sibling too (`shared_resume` placed
+        # where it resumes): guesses beside it would take the slots it needs where they are short
+        for pos in self._guesses(ctx, lone=not known and not ctx.shared()):
             if ctx.start < pos <= ctx.end and pos > deepest:
                 points.add(pos)
         return sorted(points)

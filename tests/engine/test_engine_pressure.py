@@ -143,3 +143,23 @@ def test_a_request_that_cannot_fit_yet_leaves_the_cache_alone():
         engine.check_integrity()
         assert engine.cache.match("default", p.prompt, 8, touch=False).kv_tokens == 8
     assert w.status is RequestStatus.WAITING and engine.cache.evictions() == {"kv": 0, "checkpoint": 0}
+
+
+def test_copies_of_a_prompt_resume_from_its_end_with_two_state_slots():
+    # `n` choices (or a retry): three copies of one prompt, one working slot and one spare state
+    # slot. The first copy's lone placement guessed a cold-start ladder as well as the boundary
+    # its copies resume at, and the one spare slot went to the earliest rung: the copies resumed
+    # 8 tokens in, not 40
+    runner = CheckingRunner(True, 8)
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=64, num_state_slots=2)
+    engine = new_engine(runner, cfg, policy="adaptive", placement="lone")
+    prompt = tuple(range(100, 145))  # 45 tokens: its last boundary is 40
+    reqs = [Request(f"c{i}", prompt, sampling=SamplingParams(max_tokens=3)) for i in range(3)]
+    runner.cache = engine.cache
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert [r.reused for r in reqs] == [0, 40, 40]
+    assert reqs[1].output == reqs[0].output == reqs[2].output

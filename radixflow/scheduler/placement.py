@@ -100,12 +100,13 @@ class LonePlacement(BranchPlacement):
     def positions(self, ctx: PlacementContext) -> list[int]:
         known = ctx.branch_points(0, ctx.prompt_len)
         points = self._points(ctx, known)
-        deepest = max(known, default=0)
+        # a known copy or prefix of this prompt is a known sibling, where it resumes a known
+        # branch: a guess beside it would take the slots it needs where they are short
+        resumes = shared_resume(ctx)
+        deepest = max([*known, resumes])
         if deepest >= ctx.end:
             return sorted(points)  # a guess must lie past the deepest known branch: none fits
-        # a known copy or prefix of this prompt is a known sibling too (`shared_resume` placed
-        # where it resumes): guesses beside it would take the slots it needs where they are short
-        for pos in self._guesses(ctx, lone=not known and not ctx.shared()):
+        for pos in self._guesses(ctx, lone=not known and not resumes):
             if ctx.start < pos <= ctx.end and pos > deepest:
                 points.add(pos)
         return sorted(points)

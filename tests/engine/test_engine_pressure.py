@@ -163,3 +163,23 @@ def test_copies_of_a_prompt_resume_from_its_end_with_two_state_slots():
         engine.check_integrity()
     assert [r.reused for r in reqs] == [0, 40, 40]
     assert reqs[1].output == reqs[0].output == reqs[2].output
+
+
+def test_copies_of_a_prompt_resume_from_its_end_beside_a_namespace_history():
+    # as above, in a namespace whose history predicts a fork (a 20-token prompt computed whole:
+    # at 24 in a 45-token prompt): the guess went beside the copies' resume point, earlier, and
+    # took the one spare slot
+    runner = CheckingRunner(True, 8)
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=64, num_state_slots=2)
+    engine = new_engine(runner, cfg, policy="adaptive", placement="lone")
+    runner.cache = engine.cache
+    engine.run([Request("h", tuple(range(300, 320)))])
+    prompt = tuple(range(100, 145))
+    three = SamplingParams(max_tokens=3)
+    reqs = [Request(f"c{i}", prompt, arrival_s=engine.now, sampling=three) for i in range(3)]
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert [r.reused for r in reqs] == [0, 40, 40]

@@ -87,3 +87,6 @@ def test_lone_places_the_predicted_fork_unless_a_known_branch_is_as_deep():
     assert lone.positions(lone_ctx(0, 100, branches=(80,), predicted=64)) == [80, 96]
     assert lone.positions(lone_ctx(0, 100, predicted=0)) == [96]  # history, nothing worth it
     assert lone.positions(lone_ctx(64, 100, predicted=64)) == [96]  # an earlier chunk's position
+    # a known copy resumes at 80, deeper than the prediction: as a known branch there would
+    copy = PlacementContext(**{**lone_ctx(0, 96, prompt_len=96, predicted=64).__dict__, "shared": lambda: 96})
+    assert lone.positions(copy) == [80, 96]

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from cache_utils import snapshot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from radixflow.cache import RadixCache
+from radixflow.cache import EVICTION_POLICIES, RadixCache
 from radixflow.cache.digest import chain_hashes
 from radixflow.cache.evictable import EvictionQueue, checkpoint_evictable, kv_evictable
 from radixflow.cache.eviction import EntrySizes, make_eviction_policy
@@ -709,3 +711,34 @@ class _PathSpy:
         path = self.known_path(*args)
         self.taken += bool(path)
         return path
+
+
+@st.composite
+def edge_configs(draw: st.DrawFn) -> Config:
+    """A configuration drawn at the budget's edges: pools down to one state slot (a working slot
+    leaves none free), a budget of one block and one slot (the least an engine accepts), the bytes
+    of some blocks and slots exactly or one byte short, or none."""
+    blocks, slots = draw(st.integers(2, 12)), draw(st.integers(1, 4))
+    some = draw(st.integers(1, blocks)) * BLOCK_BYTES + draw(st.integers(1, slots)) * SLOT_BYTES
+    budget = draw(st.sampled_from([None, BLOCK_BYTES + SLOT_BYTES, some, some - 1]))
+    return Config(
+        bs=draw(st.integers(1, 4)),
+        blocks=blocks,
+        slots=slots,
+        policy=draw(st.sampled_from(sorted(EVICTION_POLICIES))),
+        recurrent=draw(st.booleans()),
+        budget=budget,
+        same_round=draw(st.booleans()),
+        contexts=draw(st.integers(1, 5)),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(cfg=edge_configs(), seed=st.integers(0, 2**16))
+def test_cache_fuzz_at_drawn_budget_edges(cfg: Config, seed: int) -> None:
+    """The fuzz above over drawn configurations, not its fixed handful: every step checked as
+    there, and a drained cache holds nothing locked."""
+    driver = Driver(cfg, seed)
+    for _ in range(80):
+        driver.step()
+    driver.drain()

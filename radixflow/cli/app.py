@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Container, MutableMapping
 from typing import NoReturn, TextIO
 
 from rich.console import Console
@@ -137,11 +138,24 @@ class _Console(Console):
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     """The command ``argv`` names (None: this process's command line, ``sys.argv``) run; its
     exit code."""
+    if argv is None:  # the process's own command: its environment is the process's to default
+        omp_wait_default(os.environ, sys.modules)
     try:
         return _command(argv, console or _Console())
     finally:
         if argv is None:  # the process's own command: what is left is the interpreter's exit
             _signals_end_it()
+
+
+def omp_wait_default(environ: MutableMapping[str, str], modules: Container[str]) -> None:
+    """OpenMP's idle threads sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose how they
+    wait (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` given, kept as given). libgomp's default
+    spins, and two torch threads spinning on a loaded 2-core machine made `generate` 1.5-2x
+    slower (docs/usage.md, "OpenMP waits"). Only before torch is in ``modules``: libgomp reads
+    the policy once, when torch loads it."""
+    if "torch" in modules or "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+        return
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def _signals_end_it() -> None:

@@ -13,7 +13,7 @@ import sys
 import pytest
 from cli_utils import checkout_env
 
-from radixflow.cli.app import COMMANDS
+from radixflow.cli.app import COMMANDS, omp_wait_default
 from radixflow.cli.commands import module_of
 
 # what no command's start should pay for unless it runs with it (the torch and server extras)
@@ -66,3 +66,29 @@ def test_the_command_argv_names_has_its_flags_and_no_other():
     assert declared == ["score"]
     every = next(a for a in build_parser()._actions if a.dest == "command")
     assert [name for name, parser in every.choices.items() if len(parser._actions) < 2] == []
+
+
+def test_the_command_line_sets_passive_openmp_waits_only_where_none_was_given():
+    given = {"OMP_WAIT_POLICY": "active"}
+    spins = {"GOMP_SPINCOUNT": "1000"}
+    unset: dict[str, str] = {}
+    for environ in (given, spins, unset):
+        omp_wait_default(environ, modules={})
+    assert given == {"OMP_WAIT_POLICY": "active"}  # the user's own, kept
+    assert spins == {"GOMP_SPINCOUNT": "1000"}  # a spin count of the user's is a policy too
+    assert unset == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_no_wait_default_once_torch_is_loaded():
+    # libgomp read its policy when torch loaded it: one set now would only silence `spin_warning`
+    environ: dict[str, str] = {}
+    omp_wait_default(environ, modules={"torch": object()})
+    assert environ == {}
+
+
+def test_the_process_command_line_starts_torch_with_passive_waits():
+    env = {k: v for k, v in checkout_env().items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    probe = "import os, sys\nsys.argv = ['radixflow', '--version']\nfrom radixflow.cli import main\n"
+    probe += "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.splitlines()[-1] == "PASSIVE"

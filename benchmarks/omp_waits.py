@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from radixflow.bench.provenance import write_figures
-from radixflow.bench.spread import rotated
+from radixflow.bench.spread import load_text, rotated
 from radixflow.cli.args import int_arg
 
 # name -> (environment added, torch threads); "spin" is libgomp's own default: no policy set
@@ -26,12 +26,13 @@ PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 25)
 CHILD = """
 import json, os, sys, time
 import torch
+from radixflow.bench.spread import load_now
 from radixflow.cli.app import main
 sys.stdout, out = open(os.devnull, "w"), sys.stdout
 start = time.perf_counter()
 code = main(sys.argv[1:])
 seconds = time.perf_counter() - start
-print(json.dumps({"code": code, "s": seconds, "load": os.getloadavg()[0]}), file=out)
+print(json.dumps({"code": code, "s": seconds, "load": load_now()}), file=out)
 """
 
 
@@ -70,20 +71,21 @@ def main() -> None:
     trials = [
         {n: one_run(args.model, n, args.max_tokens) for n in rotated(names, t)} for t in range(args.trials)
     ]
-    loads = [run["load"] for t in trials for run in t.values()]
+    loads = [run["load"] for t in trials for run in t.values() if run["load"] is not None]
     figures = {
         "model": args.model,
         "trials": trials,
         "spin_over_passive": ratios(trials, "spin", "passive"),
         "passive_over_one_thread": ratios(trials, "passive", "one_thread"),
-        "load": {"min": min(loads), "max": max(loads)},
+        "load": {"min": min(loads), "max": max(loads)} if loads else None,
     }
     for name in names:
         print(f"{name:>10}: median {statistics.median(t[name]['s'] for t in trials):.2f} s")
     for key in ("spin_over_passive", "passive_over_one_thread"):
         r = figures[key]
         print(f"{key}: median {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
-    print(f"load average {min(loads):.1f}-{max(loads):.1f}")
+    shown = f"{load_text(min(loads))}-{load_text(max(loads))}" if loads else "n/a"
+    print(f"load average {shown}")
     if args.json:
         write_figures(args.json, figures)
 

@@ -11,6 +11,7 @@ import threading
 import types
 
 import pytest
+from thread_utils import AskedLock
 
 from radixflow import plugins
 from radixflow.plugins import PLUGINS_ENV, forget_plugins
@@ -142,21 +143,6 @@ def test_a_plugin_imported_itself_that_waits_for_a_thread_reading_a_registry_is_
     assert err.startswith("radixflow: warning: RADIXFLOW_PLUGINS: waited 0 s for thread 'MainThread'")
     assert "importing 'waiting_plugin'" in err
     assert gate.seen == [True]
-
-
-class AskedLock:
-    """A lock that says (``asked``) when the thread named ``by`` asks for it."""
-
-    def __init__(self, by: str, asked: threading.Event) -> None:
-        self.lock, self.by, self.asked = threading.Lock(), by, asked
-
-    def __enter__(self) -> None:
-        if threading.current_thread().name == self.by:
-            self.asked.set()
-        self.lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
 
 
 def test_two_threads_registering_one_name_at_once_refuse_the_second(monkeypatch):

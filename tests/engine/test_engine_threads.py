@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from engine_utils import new_engine
+from thread_utils import AskedLock
 
 from radixflow.engine.records import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
@@ -15,21 +16,6 @@ from radixflow.scheduler.samples import FinishReason
 from radixflow.scheduler.sampling import SamplingParams
 
 CFG = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=64, num_state_slots=8)
-
-
-class AskedLock:
-    """The engine's round lock, saying (``asked``) when the thread named ``by`` asks for it."""
-
-    def __init__(self, by: str, asked: threading.Event) -> None:
-        self.lock, self.by, self.asked = threading.RLock(), by, asked
-
-    def __enter__(self) -> None:
-        if threading.current_thread().name == self.by:
-            self.asked.set()
-        self.lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
 
 
 ENDS = [("stop", RequestStatus.FINISHED), ("abort", RequestStatus.ABORTED)]
@@ -42,7 +28,7 @@ def test_a_request_ended_from_another_thread_mid_round_ends_after_that_round(end
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     engine = new_engine(runner, CFG)
     in_round, go, asked = threading.Event(), threading.Event(), threading.Event()
-    engine._round_lock = AskedLock("ender", asked)  # told when the ender asks for it
+    engine._round_lock = AskedLock("ender", asked, threading.RLock())  # told when the ender asks for it
     run = runner.run
 
     def held_run(out):  # the first round waits in its worker call until the test lets it go

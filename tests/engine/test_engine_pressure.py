@@ -15,7 +15,7 @@ import random
 from dataclasses import replace
 
 from checking_runner import VOCAB, CheckingRunner
-from engine_utils import new_engine
+from engine_utils import drive, new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,11 +156,7 @@ def test_copies_of_a_prompt_resume_from_its_end_with_two_state_slots():
     prompt = tuple(range(100, 145))  # 45 tokens: its last boundary is 40
     reqs = [Request(f"c{i}", prompt, sampling=SamplingParams(max_tokens=3)) for i in range(3)]
     runner.cache = engine.cache
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-        engine.check_integrity()
+    drive(engine, reqs)
     assert [r.reused for r in reqs] == [0, 40, 40]
     assert reqs[1].output == reqs[0].output == reqs[2].output
 
@@ -177,9 +173,5 @@ def test_copies_of_a_prompt_resume_from_its_end_beside_a_namespace_history():
     prompt = tuple(range(100, 145))
     three = SamplingParams(max_tokens=3)
     reqs = [Request(f"c{i}", prompt, arrival_s=engine.now, sampling=three) for i in range(3)]
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-        engine.check_integrity()
+    drive(engine, reqs)
     assert [r.reused for r in reqs] == [0, 40, 40]

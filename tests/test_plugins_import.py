@@ -10,6 +10,7 @@ import threading
 import types
 
 import pytest
+from thread_utils import gated_plugin
 
 from radixflow import plugins
 from radixflow.plugins import PLUGINS_ENV, forget_plugins
@@ -54,21 +55,8 @@ class WatchedLock:
 
 @pytest.fixture
 def gate(tmp_path, monkeypatch):
-    """RADIXFLOW_PLUGINS naming the slow plugin; its gate's events; all undone afterwards."""
-    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    gate = types.SimpleNamespace(started=threading.Event(), proceed=threading.Event(), imports=[])
-    monkeypatch.setitem(sys.modules, "slow_gate", gate)
-    monkeypatch.delitem(sys.modules, "slow_plugin", raising=False)
-    monkeypatch.setenv(PLUGINS_ENV, "slow_plugin")
-    forget_plugins()
-    try:
+    with gated_plugin(tmp_path, monkeypatch, "slow_plugin", SLOW_PLUGIN, imports=[]) as gate:
         yield gate
-    finally:
-        gate.proceed.set()
-        dict.pop(SCHEDULING_POLICIES, "late", None)
-        sys.modules.pop("slow_plugin", None)
-        forget_plugins()
 
 
 def test_a_thread_reading_a_registry_while_another_imports_the_plugins_waits_for_them(gate, monkeypatch):

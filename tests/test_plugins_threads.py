@@ -11,7 +11,7 @@ import threading
 import types
 
 import pytest
-from thread_utils import AskedLock
+from thread_utils import AskedLock, gated_plugin
 
 from radixflow import plugins
 from radixflow.plugins import PLUGINS_ENV, forget_plugins
@@ -54,21 +54,8 @@ class SeenLock:
 
 @pytest.fixture
 def gate(tmp_path, monkeypatch):
-    """RADIXFLOW_PLUGINS naming the early plugin; its gate's events; all undone afterwards."""
-    (tmp_path / "early_plugin.py").write_text(EARLY_PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    gate = types.SimpleNamespace(started=threading.Event(), proceed=threading.Event())
-    monkeypatch.setitem(sys.modules, "slow_gate", gate)
-    monkeypatch.delitem(sys.modules, "early_plugin", raising=False)
-    monkeypatch.setenv(PLUGINS_ENV, "early_plugin")
-    forget_plugins()
-    try:
+    with gated_plugin(tmp_path, monkeypatch, "early_plugin", EARLY_PLUGIN) as gate:
         yield gate
-    finally:
-        gate.proceed.set()
-        dict.pop(SCHEDULING_POLICIES, "late", None)
-        sys.modules.pop("early_plugin", None)
-        forget_plugins()
 
 
 def test_a_thread_reading_while_another_imports_a_plugin_itself_waits_for_the_plugin(gate, monkeypatch):

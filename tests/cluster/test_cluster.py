@@ -1196,3 +1196,36 @@ def test_a_second_signal_then_the_apps_own_shutdown_ends_the_drain_under_uvloop(
 
     events = uvloop.run(serve(loop, after=signals))[0]
     assert events[-1].status == 503 and "shut down" in events[-1].error
+
+
+def _fleet_app(monkeypatch, tmp_path):
+    """The ingress's app over a stand-in handle (its tokenizer stood in for: none is read)."""
+    from radixflow.cache.ledger import ByteLedger
+    from radixflow.cache.pool import IdPool
+    from radixflow.cluster import launch
+    from radixflow.cluster.fleet_metrics import FleetFigures
+    from radixflow.cluster.replica import ReplicaInfo
+    from radixflow.engine.runner import ModelInfo
+    from radixflow.scheduler.scheduler import SchedulerConfig
+    from radixflow.server.state import ServerConfig
+
+    scheduler = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=64)
+    ledger = ByteLedger(IdPool(64, "kv"), IdPool(8, "state"), 1024, 4096, None)
+    info = ReplicaInfo("m", str(tmp_path), ModelInfo("m", False, 512, 4096), scheduler, ledger)
+    monkeypatch.setattr(launch, "ingress_tokenizer", lambda path: None)
+    server = launch.fleet_server(_Handle(info), ServerConfig(), "127.0.0.1", 0, "warning", FleetFigures())
+    return server.config.app
+
+
+def test_get_fleet_answers_head_as_the_servers_get_routes_do(monkeypatch, tmp_path):
+    # a load balancer's HEAD probe: /health answered it, /fleet (added by the fleet) answered 405
+    from starlette.testclient import TestClient
+
+    client = TestClient(_fleet_app(monkeypatch, tmp_path))
+    got = client.get("/fleet")
+    assert got.status_code == 200 and got.json() == {"replicas": {}, "retried": 0}
+    head = client.head("/fleet")
+    assert (head.status_code, head.content) == (200, b"")
+    assert client.head("/health").status_code == 200  # as the server's own GET routes
+    paths = client.get("/openapi.json").json()["paths"]
+    assert list(paths["/fleet"]) == ["get"]  # the twin stays out of the schema, as the server's

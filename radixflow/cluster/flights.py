@@ -43,7 +43,8 @@ class Flight:
     job: Job | None = None  # what its replicas are sent (the router reads its prompt)
     answered: bool = False
     sent: bool = False  # an event of it reached the client (a streamed token)
-    ran: bool = False  # a replica sent a token of it, or its output: its prompt is cached there
+    # the replica that sent a token of it, or its output: its prompt is cached there (None: none)
+    ran_on: str | None = None
     aborted: bool = False  # its client went away: nobody to answer
     task: asyncio.Task | None = field(default=None, repr=False)
 

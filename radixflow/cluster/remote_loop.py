@@ -208,7 +208,8 @@ class RemoteLoop:
             if not relayed.first_token and isinstance(event, Delta) and event.delta.token_ids:
                 self.metrics.on_first_token(time.monotonic() - flight.arrival)
                 relayed.first_token = True
-            relayed.sent = flight.sent = flight.ran = True
+            relayed.sent = flight.sent = True
+            flight.ran_on = flight.ran_on or wire.replica
             flight.sink(event)
         raise RuntimeError("the replica closed the stream without an answer")
 
@@ -224,7 +225,8 @@ class RemoteLoop:
             return
         # an error answer left nothing there: refused by its checks, or failed with its round (what
         # that round computed is withdrawn)
-        flight.ran = flight.ran or final.output is not None
+        if final.output is not None:
+            flight.ran_on = flight.ran_on or wire.replica
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)
@@ -288,8 +290,8 @@ class RemoteLoop:
             flight.request.status = RequestStatus.ABORTED
             self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)
         self._flights.pop(flight.request.id, None)
-        if self._fleet is not None:  # routed no more; where it never ran, the router forgets it
-            self._fleet.routes.ended(flight.request.id, None if flight.ran else flight.job)
+        if self._fleet is not None:  # routed no more; where it did not run, the router forgets it
+            self._fleet.routes.ended(flight.request.id, flight.job, flight.ran_on)
         self.metrics.on_pending(len(self._flights))
         if not self._flights:
             self._idle.set()

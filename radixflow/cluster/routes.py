@@ -8,9 +8,10 @@ sent anything, and Serve may still list that replica (an actor unavailable, or d
 has heard), which affinity would pick again (the router had just recorded the prefix there). The
 ingress says when a replica refused a job (`refused`: a 429 or 503 before it ran), so the router
 takes back the prefix it recorded there, and drops a job's entry when its flight ends (`ended`),
-taking back its prefix wherever it went when no replica sent a token or output of it: its client left, or
-the ingress answered it (a sibling's refusal, the drain, the fleet down), and each replica it was
-sent to aborted it before its first token, so none holds its prompt for its siblings to follow.
+taking back its prefix wherever it went but the replica that sent a token or output of it: each
+other failed it before sending anything (its retry ran elsewhere), or, when none ran it (its client
+left, or the ingress answered it: a sibling's refusal, the drain, the fleet down), aborted it before
+its first token, so none holds its prompt for its siblings to follow.
 """
 
 from __future__ import annotations
@@ -89,21 +90,26 @@ class Routes:
         if replica in sent:  # else recorded nowhere (Serve reports no sends: Ray Client)
             self._retracted(job, replica)
 
-    def ended(self, job_id: str, never_ran: Job | None = None) -> None:
-        """Job ``job_id``'s flight is over: it is routed no more (mutates self). ``never_ran``: the
-        job, when no replica sent a token of it or its output: each it was sent to aborted it before
-        its first token (a streamed prompt's; a plain one's answer is its first word) or answered
-        it with an error, so the watchers take it back there. What such a replica computed of it
-        (a prefill cut short) shows in its reported checkpoints, which `checkpoint` reads."""
+    def ended(self, job_id: str, job: Job | None = None, ran_on: str | None = None) -> None:
+        """Job ``job_id``'s flight is over: it is routed no more (mutates self). ``job``: the job,
+        for the watchers to take back where it did not run: every replica it was sent to but
+        ``ran_on``, the one that sent a token of it or its output (None: none did). Each other
+        aborted it before its first token (a streamed prompt's; a plain one's answer is its first
+        word), answered it with an error, or failed it before sending anything (its retry ran on
+        ``ran_on``). What such a replica computed of it (a prefill cut short) shows in its
+        reported checkpoints, which `checkpoint` reads."""
+        never_ran = job if ran_on is None else None
         with self._lock:
-            sent = self._sent.pop(job_id, ())
+            sent = list(self._sent.pop(job_id, ()))
             if never_ran is not None:
                 self._unrun[job_id] = None
                 if len(self._unrun) > MAX_JOBS:
                     self._unrun.popitem(last=False)
-        if never_ran is not None:
+        if ran_on in sent:  # the send that ran stays remembered; any other send there is taken back
+            sent.remove(ran_on)
+        if job is not None:
             for replica in sent:
-                self._retracted(never_ran, replica)
+                self._retracted(job, replica)
         for watcher in list(self._end_watchers):
             watcher(job_id, never_ran)
 

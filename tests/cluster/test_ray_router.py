@@ -323,3 +323,45 @@ def test_a_job_ranked_and_never_sent_is_remembered_nowhere(name):
     figures.routes.ended("k", job("k", CONTEXT + (9,)))
     figures.routes.ended("j", job("j"))  # and j's
     assert router._router.memory.depths(chain, 16) == {}
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_job_retried_elsewhere_is_remembered_only_where_its_retry_ran(name, stream):
+    # Serve sent the job to a, which failed it before sending anything (its actor unreachable a
+    # moment; cancelled there); its retry ran on b. The record at a stayed (only a job that ran
+    # nowhere was taken back), so its siblings followed it to a, which never held its prompt
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b", queue=1)]  # a first: the least loaded
+    output = GenerationOutput("r", CONTEXT, (9,), "x", "length")
+    token = WireEvent(Delta(0, StreamDelta((9,), "x")), None, "b")
+    answer = WireEvent(Final(0, output), None, "b")
+    answers = [token, answer] if stream else [answer]
+    attempts: list[str] = []
+
+    def open_stream(sent: Job):
+        async def answer():
+            [[took, *_], *_] = await router.choose_replicas(replicas, SimpleNamespace(args=[sent]))
+            router.on_request_routed(SimpleNamespace(args=[sent]), took.replica_id, None)
+            attempts.append(took.replica_id.unique_id)
+            if len(attempts) == 1:
+                raise RuntimeError("ActorUnavailableError: the actor is unreachable")
+            for event in answers:
+                yield event
+
+        return answer()
+
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)
+    finals: list = []
+
+    async def main() -> None:
+        loop.submit([(Request("j", CONTEXT), None)], finals.append, stream)  # type: ignore[list-item]
+        await asyncio.to_thread(loop.join, 5)
+
+    asyncio.run(main())
+    assert attempts == ["a", "b"] and finals[-1].output is not None
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {"b": 48}
+    for i in range(3):  # its siblings follow it where it ran
+        assert ranks(router, [running("a"), running("b")], job(f"sibling{i}", CONTEXT + (i,)))[0] == ["b"]

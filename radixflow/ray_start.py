@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 from radixflow.plugins import PLUGINS_ENV, plugin_modules
@@ -36,6 +37,7 @@ ANSWER_TIMEOUT_S = 2.0
 # asked of whatever listens there: a web server answers it; Ray's ports drop it after their settings
 HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
 RAY_CLIENT_PORT = 10001  # where a ray:// address names no port
+MAX_PORT = 65535
 HEAD = (
     "give the address of the cluster's head (HOST:6379 unless `ray start` was told otherwise, "
     "or ray://HOST:10001)"
@@ -51,6 +53,9 @@ def unreachable(address: str) -> str | None:
     One that names no host is refused too (ray.init logs a traceback of it)."""
     if address.lower().startswith(("http://", "https://")):  # RAY_ADDRESS as Ray's job tools take it
         return f"an http address is Ray's dashboard (for Ray's job tools), not the cluster's: {HEAD}"
+    bad_port = port_problem(address)
+    if bad_port is not None:
+        return bad_port
     named = host_and_port(address)
     if named is None:
         return None
@@ -64,6 +69,24 @@ def unreachable(address: str) -> str | None:
             return None
     except OSError as e:
         return f"cannot connect to {host}:{port} ({e.strerror or e})"
+
+
+def port_problem(address: str) -> str | None:
+    """Why the port ``address`` names is none, in the words every door uses for a bad port (None:
+    it names a good one, or none). A port out of range was refused as nothing listening there
+    ("Connection refused"), and -1 or a word reached ray.init, which retried -1 for minutes. Pure."""
+    rest = address.removeprefix("ray://")
+    _, sep, port = rest.rpartition(":")
+    if not sep or rest.endswith("]"):  # no port: "auto", "ray://head", "ray://[::1]"
+        return None
+    if not re.fullmatch(r"-?[0-9]+", port):  # int() takes " 80", "+80" and "8_0" too
+        return f"its port must be an integer, got {port!r}"
+    number = int(port)
+    if number < 1:  # port 0 takes no connection
+        return f"its port must be at least 1, got {number}"
+    if number > MAX_PORT:
+        return f"its port must be at most {MAX_PORT}, got {number}"
+    return None
 
 
 def host_and_port(address: str) -> tuple[str, int] | None:

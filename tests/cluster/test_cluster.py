@@ -951,6 +951,31 @@ def test_a_fleet_ray_address_naming_no_host_is_one_line(monkeypatch, address):
     assert str(e.value).startswith(f"--ray-address {address}: Ray did not start: it names no host: give ")
 
 
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [
+        ("127.0.0.1:99999", "its port must be at most 65535, got 99999"),
+        ("ray://127.0.0.1:99999", "its port must be at most 65535, got 99999"),
+        ("127.0.0.1:0", "its port must be at least 1, got 0"),
+        ("127.0.0.1:-1", "its port must be at least 1, got -1"),
+        ("head:abc", "its port must be an integer, got 'abc'"),
+    ],
+)
+def test_a_fleet_ray_address_with_a_bad_port_says_so_as_every_door_does(monkeypatch, address, said):
+    # 99999 and 0 were "cannot connect to 127.0.0.1:99999 (Connection refused)", as if nothing
+    # listened there; -1 reached ray.init, which retried it for minutes, a warning every few
+    # seconds; "abc" reached it too, which named its own rewrite of the address
+    pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init reached"))
+    with pytest.raises(launch.RayStartError) as e, launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+        pytest.fail("a fleet started")
+    assert str(e.value) == f"--ray-address {address}: Ray did not start: {said}"
+
+
 def test_a_ray_client_address_without_a_port_is_checked_at_ray_clients_port(monkeypatch):
     # "ray://head" is Ray Client's port 10001 there; with nothing listening it waited out Ray
     # Client's 30 s connection timeout, a warning and then the one line

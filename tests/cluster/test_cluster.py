@@ -976,6 +976,15 @@ def test_a_fleet_ray_address_with_a_bad_port_says_so_as_every_door_does(monkeypa
     assert str(e.value) == f"--ray-address {address}: Ray did not start: {said}"
 
 
+@pytest.mark.parametrize(
+    "address", ["auto", "head:6379", "ray://head", "ray://[::1]", "[::1]:6379", "ray://h:10001"]
+)
+def test_a_ray_address_with_a_good_port_or_none_passes_the_port_check(address):
+    from radixflow.ray_start import port_problem
+
+    assert port_problem(address) is None
+
+
 def test_a_ray_client_address_without_a_port_is_checked_at_ray_clients_port(monkeypatch):
     # "ray://head" is Ray Client's port 10001 there; with nothing listening it waited out Ray
     # Client's 30 s connection timeout, a warning and then the one line

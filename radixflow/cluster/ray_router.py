@@ -147,9 +147,10 @@ class FleetRequestRouter(RequestRouter):
 
     def _retracted(self, job: Any, replica: str) -> None:
         """The ingress's word (on its thread) that ``replica``, which Serve reported took ``job``,
-        never ran it (it refused it, a 429 or 503, or the job ended before its first token came,
-        its client gone): the prefix recorded there goes, so the job's siblings do not follow it to
-        a replica that never cached it."""
+        never ran it (it refused it, a 429 or 503; it failed it before sending anything and a retry
+        ran it elsewhere; or the job ended before its first token came, its client gone): the
+        prefix recorded there goes, so the job's siblings do not follow it to a replica that never
+        cached it."""
         with self._lock:
             self._router.retract(RouteRequest(job.namespace, tuple(job.prompt)), replica)
 

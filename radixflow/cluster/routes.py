@@ -21,12 +21,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from radixflow.server.config import MAX_PENDING
+
 if TYPE_CHECKING:
     from radixflow.cluster.wire import Job
 
-# a safety net, not a limit that matters: entries leave as their flights end (and the marks of
-# jobs ended unrun are wanted for moments: Serve's report of a send racing the client's leaving)
-MAX_JOBS = 1 << 16
+# jobs in flight: as many as the ingress may hold (`--max-pending`), so none is dropped while it
+# flies (entries leave as their flights end); past it only a bug's leftovers would be
+MAX_JOBS = MAX_PENDING
+# the marks of jobs ended unrun, wanted for moments (Serve's report of a send racing the client's
+# leaving): the oldest go first, so a long run's aborts do not pile up
+MAX_UNRUN = 1 << 16
 
 
 class Routes:
@@ -103,7 +108,7 @@ class Routes:
             sent = list(self._sent.pop(job_id, ()))
             if never_ran is not None:
                 self._unrun[job_id] = None
-                if len(self._unrun) > MAX_JOBS:
+                if len(self._unrun) > MAX_UNRUN:
                     self._unrun.popitem(last=False)
         if ran_on in sent:  # the send that ran stays remembered; any other send there is taken back
             sent.remove(ran_on)

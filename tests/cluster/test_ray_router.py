@@ -365,3 +365,18 @@ def test_a_job_retried_elsewhere_is_remembered_only_where_its_retry_ran(name, st
     assert router._router.memory.depths(chain, 16) == {"b": 48}
     for i in range(3):  # its siblings follow it where it ran
         assert ranks(router, [running("a"), running("b")], job(f"sibling{i}", CONTEXT + (i,)))[0] == ["b"]
+
+
+def test_a_job_keeps_its_sends_however_many_others_are_in_flight():
+    # the replicas each job was sent to were capped at 65,536 jobs, the oldest dropped without a
+    # word, where --max-pending lets a fleet hold a million: past that, the oldest job's retry
+    # could go back to the replica it failed on, and its refusal or end took back nothing
+    routes = Routes()
+    retracted: list[str] = []
+    routes.watch_retractions(lambda _, replica: retracted.append(replica))
+    routes.routed("j", "a")
+    for i in range(1 << 16):  # as many others in flight, each sent somewhere
+        routes.routed(f"k{i}", "b")
+    assert routes.tried("j") == {"a"} and len(routes) == (1 << 16) + 1
+    routes.ended("j", job("j"))  # its client left before a token came: taken back where it went
+    assert retracted == ["a"]

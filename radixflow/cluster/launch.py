@@ -287,6 +287,7 @@ def fleet_server(
     server = serve_state(ServerState(backend, config), host, port, log_level)
     app = server.config.app
 
+    @app.get("/fleet")
     async def fleet() -> JSONResponse:
         """Per replica (by Serve's id): prompts answered, prompt tokens and reused tokens."""
         loop = loops[0]
@@ -298,6 +299,5 @@ def fleet_server(
 
     # HEAD too, as the server's own GET routes answer it (a load balancer's probe), its twin left
     # out of the schema as theirs are
-    app.add_api_route("/fleet", fleet, methods=["GET"])
     app.add_api_route("/fleet", fleet, methods=["HEAD"], include_in_schema=False)
     return server

@@ -192,7 +192,7 @@ def routing_message(request: Request, exc: HTTPException) -> str | None:
     for any other status."""
     asked = f"{request.method} {request.url.path}"
     if exc.status_code == 405:
-        return f"{asked}: this route takes {(exc.headers or {}).get('Allow', 'another method')}"
+        return f"{asked}: this route takes {allowed_methods(request) or 'another method'}"
     if exc.status_code != 404:
         return None
     under_v1 = f"/v1{request.url.path}"
@@ -200,6 +200,24 @@ def routing_message(request: Request, exc: HTTPException) -> str | None:
     there = any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes)
     hint = f"; did you mean {under_v1}?" if there else ""
     return f"no route {asked}{hint}"
+
+
+# the methods a 405's Allow may list: what any route here takes
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods the routes at ``request``'s path take, as a 405's ``Allow`` lists them.
+    Starlette's names only the first route there, and a GET route's HEAD is a route of its own
+    (`app._answer_head_as_get`): its 405 said ``Allow: GET`` of a path that answers HEAD. Each
+    method is tried on the app's routes (included routers nest theirs, as FastAPI versions do)."""
+    routes = request.app.router.routes
+    taken = [
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    ]
+    return ", ".join(taken)
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -220,7 +238,9 @@ def install_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         message = routing_message(request, exc) or str(exc.detail)
         response = ApiError(exc.status_code, message).response()
-        response.headers.update(exc.headers or {})  # a 405's Allow
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # as HTTP asks of a 405: every method the path takes
+            response.headers["allow"] = allowed_methods(request) or response.headers.get("allow", "")
         return response
 
     @app.exception_handler(Exception)

@@ -415,15 +415,16 @@ def test_a_client_without_v1_in_its_base_url_is_told_where_the_routes_are(served
     [
         ("POST", "/v1/embeddings", 404, "no route POST /v1/embeddings"),
         ("GET", "/v1/completions", 405, "GET /v1/completions: this route takes POST"),
-        ("POST", "/v1/models", 405, "POST /v1/models: this route takes GET"),
+        ("POST", "/v1/models", 405, "POST /v1/models: this route takes GET, HEAD"),
+        ("PUT", "/health", 405, "PUT /health: this route takes GET, HEAD"),
     ],
 )
 def test_a_route_the_server_lacks_is_named_in_its_error(served, method, path, status, message):
     r = served.http().request(method, path, json={})
     assert r.status_code == status, r.text
     assert r.json()["error"]["message"] == message, r.text
-    if status == 405:  # as HTTP asks of a 405
-        assert r.headers["allow"] == message.rsplit(" ", 1)[-1]
+    if status == 405:  # as HTTP asks of a 405: every method the route takes, HEAD included
+        assert r.headers["allow"] == message.split("takes ", 1)[-1]
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ answers owed, which ``release`` settles).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord, SubmitRefused
@@ -25,7 +25,7 @@ from radixflow.generation.output_processor import (
 from radixflow.generation.tracker import RequestTracker
 from radixflow.server.events import Delta, Final, Sink, final_of, send
 from radixflow.server.liveness import Liveness
-from radixflow.server.metrics import ServerMetrics
+from radixflow.server.metrics import NOT_ACCEPTING, ServerMetrics
 
 
 @dataclass(eq=False)  # by identity: the loop's set of owed entries holds them
@@ -38,10 +38,13 @@ class Entry:
     first_token_at: float | None = None  # time.monotonic() when its first token came
 
 
-# The entry's request left the engine: count it, by the status of its error answer (None: it
-# has none, answered with its output or aborted); False when the loop answered it already
-# (`EngineLoop.abandon`), so nothing more goes to its sink.
-Release = Callable[[Entry, int | None], bool]
+class Release(Protocol):
+    def __call__(self, entry: Entry, error: int | None, counted: bool = True) -> bool:
+        """The entry's request left the engine: count it, by the status of its error answer
+        (None: it has none, answered with its output or aborted), unless not ``counted`` (a
+        refusal, counted by its HTTP request); False when the loop answered it already
+        (`EngineLoop.abandon`), so nothing more goes to its sink."""
+        ...
 
 
 class Dispatch:
@@ -55,9 +58,7 @@ class Dispatch:
 
     def admit(self, entries: list[Entry]) -> None:
         if self.failure is not None:
-            for entry in entries:
-                self._answer(entry, Final(entry.index, None, 503, self.failure))
-            self.publish()
+            self._refuse(entries, self.failure)
             return
         for entry in entries:  # all active first: should a submit fail the loop, the failure answers each
             req = entry.tracker.request
@@ -67,6 +68,17 @@ class Dispatch:
         for entry in entries:
             # handlers check requests first: a refusal here is a safety net (a 400 answer)
             self._forward(self._submit(entry))
+        self.publish()
+
+    def _refuse(self, entries: list[Entry], message: str) -> None:
+        """A submission accepted while the round that failed the engine ran, never handed to it:
+        refused (503) as one arriving a moment later is, and counted so, once for its request
+        (`ServerState.submit`), not as engine requests that failed."""
+        refused = [entry for entry in entries if self._release(entry, 503, counted=False)]
+        if refused:
+            self.metrics.on_rejected(NOT_ACCEPTING)
+        for entry in refused:
+            send(entry.sink, Final(entry.index, None, 503, message))
         self.publish()
 
     def _submit(self, entry: Entry) -> list[OutputEvent]:

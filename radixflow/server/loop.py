@@ -253,16 +253,18 @@ class EngineLoop:
     def _wait_s(self) -> float | None:
         return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
 
-    def _release(self, entry: Entry, error: int | None) -> bool:
+    def _release(self, entry: Entry, error: int | None, counted: bool = True) -> bool:
         """The entry's request left the engine (the processor forgot it there): count it, by the
-        status of its ``error`` answer where it got one (not aborted, though the drain aborts it).
-        False: `abandon` answered it already."""
+        status of its ``error`` answer where it got one (not aborted, though the drain aborts it),
+        unless not ``counted`` (`Dispatch` counts a refusal by its request). False: `abandon`
+        answered it already."""
         with self._cond:
             if entry not in self._owed:
                 return False
             self._owed.discard(entry)
             self._on_pending()
-        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, error)
+        if counted:
+            self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, error)
         return True
 
     def _on_pending(self) -> None:  # under _cond

@@ -22,7 +22,8 @@ from radixflow.scheduler.request import Request, RequestStatus
 _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 THROUGHPUT_WINDOW_S = 10.0
-REJECTIONS = ("queue_full", "not_accepting")  # why a request is refused before admission
+NOT_ACCEPTING = "not_accepting"  # draining, or the engine failed
+REJECTIONS = ("queue_full", NOT_ACCEPTING)  # why a request is refused before admission
 # the outcome of an engine request answered with a 4xx: the engine would not take it (an id in
 # use, a check the handler missed), the caller's mistake and no failure of the server's
 REFUSED = "refused"

@@ -370,6 +370,35 @@ def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokeni
     assert outcomes(loop) == {"finished": 0, "failed": 2, "aborted": 0, "refused": 0}
 
 
+def test_requests_accepted_while_the_failing_round_ran_count_as_refused_not_failed(make_loop, tokenizer):
+    """A request accepted while the round that fails the engine loop runs is never handed to the
+    engine: it gets the 503 a request arriving a moment later is refused with, and is counted as
+    that one is (`radixflow_requests_rejected_total{reason="not_accepting"}`, once for the HTTP
+    request), not as a failed engine request it never was: which of the two a client's request
+    became was a race."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    inside, gate = threading.Event(), threading.Event()
+
+    def failing_step():
+        inside.set()
+        assert gate.wait(30), "the test never opened the gate"
+        raise RuntimeError("invariant violated")
+
+    loop.engine.step = failing_step  # type: ignore[method-assign]
+    running = submit(loop, tokenizer, 1)
+    assert inside.wait(30)  # the engine thread is in the round that fails
+    gap = submit(loop, tokenizer, 2)  # accepted: the loop has not failed yet
+    gate.set()
+    failed = "the engine failed: RuntimeError: invariant violated"
+    assert [(f.status, f.error) for f in finals(running, 1)] == [(500, failed)]
+    assert [(f.status, f.error) for f in finals(gap, 2)] == [(503, failed)] * 2
+    assert loop.join(10)
+    assert outcomes(loop) == {"finished": 0, "failed": 1, "aborted": 0, "refused": 0}
+    gauge = loop.metrics.registry.get_sample_value
+    assert gauge("radixflow_requests_rejected_total", {"reason": "not_accepting"}) == 1
+    assert gauge("radixflow_requests_pending") == 0
+
+
 def test_the_queue_gauges_of_a_failed_engine_say_it_runs_nothing(make_loop, tokenizer):
     """Once the engine loop failed and answered everyone with the failure, `/metrics` says no
     request waits or runs (they said those the broken engine held when it failed, forever)."""

@@ -58,6 +58,8 @@ class Liveness:
         seconds = predicted if predicted is not None else record.wall_s or record.worker_call_s
         with self._lock:
             self._since = self._clock()
+            if record.error is not None:  # rolled back, timed as 0 s: nothing of the machine's speed
+                return
             self._longest = max(self._longest, seconds)
             self._rounds_seen = True
 

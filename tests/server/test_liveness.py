@@ -91,3 +91,18 @@ def test_before_any_round_the_bound_is_the_first_rounds():
     assert live.stalled() is not None
     live.on_round(round_of(None, worker_call_s=0.01))
     assert live.bound_s == 30.0
+
+
+def test_a_failed_round_moves_the_wait_on_but_tells_nothing_of_the_machines_speed():
+    # a worker call that raised at once (memory run short) ended the first round's grace: the
+    # first round that ran, a CPU's minutes-long prefill, was then called stuck after 30 s
+    clock = Clock()
+    live = Liveness(floor_s=30.0, first_round_s=600.0, clock=clock)
+    live.on_pending(1)
+    clock.now += 500
+    live.on_round(replace(round_of(None, worker_call_s=0.0), error="worker call failed: MemoryError: "))
+    assert live.bound_s == 600.0
+    clock.now += 599  # the wait starts again at the failed round: the loop moved on
+    assert live.stalled() is None
+    clock.now += 2
+    assert live.stalled() is not None

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 from contextvars import ContextVar
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from radixflow.server.errors import ApiError
@@ -126,6 +127,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        coding = _header(scope, b"content-encoding")
+        if coding is not None and coding.strip().lower() not in ("", "identity"):
+            await _compressed(coding)(scope, receive, send)
+            return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._refuse(scope, receive, send, f"the request body of {declared} bytes")
@@ -176,11 +181,27 @@ class BodyLimit:
         await error.response()(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None  # the HTTP layer refuses a malformed length before we see it
+def _compressed(coding: str) -> Response:
+    """The 415 of a body sent with ``coding``: bodies are read as they come (none is decompressed:
+    the limit counts the bytes sent, and a small body may inflate to gigabytes), and the checks
+    after this one would call it text in another encoding, or not JSON."""
+    said = f"the request body must be sent uncompressed, got Content-Encoding: {coding}"
+    response = ApiError(415, said).response()
+    response.headers["accept-encoding"] = "identity"  # RFC 7694: the codings a 415 takes
+    return response
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The request's header ``name`` (lower case), as Latin-1 text; None when it was not sent."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
     return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None  # the HTTP layer refuses a malformed length before we see it

@@ -62,6 +62,26 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(served, chunked):
     assert served.http().get("/health").status_code == 200
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br, gzip"])
+def test_a_compressed_body_is_a_415_naming_its_content_encoding(served, coding):
+    """A gzipped body (a client that compresses its uploads) was a 400 saying the body "holds NUL
+    bytes (UTF-16 or UTF-32?)", or that some byte "is not UTF-8": about an encoding the client
+    never used. Bodies are read as sent, and the limit counts the bytes that come."""
+    import gzip
+
+    body = gzip.compress(body_of_size(1000))
+    headers = {"content-type": "application/json", "content-encoding": coding}
+    r = served.http().post("/v1/completions", content=body, headers=headers)
+    assert r.status_code == 415, r.text
+    assert r.json()["error"]["message"] == (
+        f"the request body must be sent uncompressed, got Content-Encoding: {coding}"
+    )
+    assert r.headers["accept-encoding"] == "identity"  # as RFC 7694 asks of a 415 for a coding
+    as_sent = {"content-type": "application/json", "content-encoding": "identity"}
+    r = served.http().post("/v1/completions", content=body_of_size(1000), headers=as_sent)
+    assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize(
     ("route", "body"),
     [

@@ -207,7 +207,9 @@ class EngineLoop:
                     self._dispatch.fail_all(503, "the server shut down before this request finished")
                 if self.engine.has_work():
                     self._dispatch.step()
-        except Exception as e:  # the engine is in an unknown state: fail everything, refuse more
+        # the engine is in an unknown state: fail everything, refuse more. Whatever ended it: a
+        # plugin's SystemExit, which is no Exception, left every client waiting forever
+        except BaseException as e:
             log.exception("engine loop failed")
             self._dispatch.fail(f"the engine failed: {type(e).__name__}: {e}")
         with self._cond:

@@ -114,6 +114,23 @@ def test_an_engine_failure_answers_everyone_and_refuses_more(make_loop, tokenize
         submit(loop, tokenizer, 1)
 
 
+def test_an_engine_ended_by_a_base_exception_answers_everyone_and_refuses_more(make_loop, tokenizer):
+    """A plugin's ``sys.exit()`` (SystemExit is no Exception) ended the engine thread past the
+    loop's failure handling: its requests were never answered, and new ones were still accepted
+    (the loop never stopped accepting) to wait forever."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+
+    def exiting_step():
+        raise SystemExit(3)
+
+    loop.engine.step = exiting_step  # type: ignore[method-assign]
+    answers = finals(submit(loop, tokenizer, 2), 2)
+    assert [(f.status, f.error) for f in answers] == [(500, "the engine failed: SystemExit: 3")] * 2
+    assert loop.join(10) and not loop.accepting
+    with pytest.raises(NotAccepting, match="the engine failed"):
+        submit(loop, tokenizer, 1)
+
+
 class GatedRunner(SimRunner):
     """Runs its first round, then holds every later one until ``gate`` is set: the requests are
     running, and none can finish however long the test takes to look (no race against time)."""

@@ -152,10 +152,13 @@ class Dispatch:
     def publish(self) -> None:
         """The queue and cache gauges, as the engine has them now."""
         sched = self.engine.scheduler
-        if self.failure is None:
-            self.metrics.on_queues(len(sched.waiting), len(sched.running))
-        else:  # a failed engine still holds what it held, but runs nothing again: all was answered
+        if self.failure is not None:
+            # a failed engine still holds what it held, but runs nothing again: all was answered.
+            # Nor is it read again: the broken invariant that failed it may fail its figures too,
+            # and the failure's answers must all go out; the cache gauges keep their last values
             self.metrics.on_queues(0, 0)
+            return
+        self.metrics.on_queues(len(sched.waiting), len(sched.running))
         cache = sched.cache
         memory = cache.memory()
         in_use = {

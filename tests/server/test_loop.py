@@ -416,6 +416,34 @@ def test_requests_accepted_while_the_failing_round_ran_count_as_refused_not_fail
     assert gauge("radixflow_requests_pending") == 0
 
 
+def test_a_failed_engine_is_not_read_again_so_a_broken_cache_leaves_no_request_waiting(make_loop, tokenizer):
+    """The engine loop fails on a broken invariant, which the cache's own figures may trip on
+    again: publishing them after the failure raised out of the failure handling, and requests
+    accepted while the failing round ran were never answered."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    inside, gate = threading.Event(), threading.Event()
+
+    def failing_step():
+        inside.set()
+        assert gate.wait(30), "the test never opened the gate"
+        loop.engine.scheduler.cache.memory = broken  # type: ignore[method-assign]
+        raise RuntimeError("invariant violated")
+
+    def broken():
+        raise RuntimeError("the cache is broken too")
+
+    loop.engine.step = failing_step  # type: ignore[method-assign]
+    running = submit(loop, tokenizer, 1)
+    assert inside.wait(30)
+    gap = submit(loop, tokenizer, 1)  # accepted while the failing round runs
+    gate.set()
+    failed = "the engine failed: RuntimeError: invariant violated"
+    assert [(f.status, f.error) for f in finals(running, 1)] == [(500, failed)]
+    assert [(f.status, f.error) for f in finals(gap, 1)] == [(503, failed)]
+    assert loop.join(10)
+    assert loop.metrics.registry.get_sample_value("radixflow_requests_pending") == 0
+
+
 def test_the_queue_gauges_of_a_failed_engine_say_it_runs_nothing(make_loop, tokenizer):
     """Once the engine loop failed and answered everyone with the failure, `/metrics` says no
     request waits or runs (they said those the broken engine held when it failed, forever)."""

@@ -127,10 +127,6 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        coding = _header(scope, b"content-encoding")
-        if coding is not None and coding.strip().lower() not in ("", "identity"):
-            await _compressed(coding)(scope, receive, send)
-            return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._refuse(scope, receive, send, f"the request body of {declared} bytes")
@@ -140,9 +136,9 @@ class BodyLimit:
             await self._refuse(scope, receive, send, "the request body")
             return
         body = first.get("body", b"")
-        problem = encoding_problem(body) if first["type"] == "http.request" else None
-        if problem is not None:
-            await ApiError(400, problem).response()(scope, receive, send)
+        refusal = _refusal(scope, body) if first["type"] == "http.request" else None
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
         replay: list[Message] = [first]
         BODY_BYTES.set(len(body))
@@ -179,6 +175,16 @@ class BodyLimit:
             "request_too_large",
         )
         await error.response()(scope, receive, send)
+
+
+def _refusal(scope: Scope, body: bytes) -> Response | None:
+    """The answer to a body that is no JSON text as sent (compressed, or not UTF-8); None when it
+    may be one. A request without a body is never refused for its headers (a probe's)."""
+    coding = _header(scope, b"content-encoding")
+    if body and coding is not None and coding.strip().lower() not in ("", "identity"):
+        return _compressed(coding)
+    problem = encoding_problem(body)
+    return None if problem is None else ApiError(400, problem).response()
 
 
 def _compressed(coding: str) -> Response:

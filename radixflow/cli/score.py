@@ -215,7 +215,7 @@ def _run_file(
     tally = write_lines(
         "--output",
         output,
-        lambda out: run_jobs(left, llm.score_many, llm.scoring_problem, out, bar.hear),
+        lambda out: run_jobs(left, llm.score_many, llm.scoring_tokens, out, bar.hear),
         kept,
         record,
         restart,

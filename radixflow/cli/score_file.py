@@ -2,12 +2,11 @@
 
 One line per context, each line's shape checked before anything runs (`score_lines`); contexts
 run ``CONTEXTS_PER_CALL`` at a time through `LLM.score_many` (one batch each, the cache kept
-across them), and each context's
-line of results is written as soon as its candidates are scored (in the file's order: one that
-finishes early waits for the lines before it), so a run cut short keeps what it finished.
-A line whose context or candidates the model refuses (`LLM.scoring_problem`, asked before its
-batch) gets an error line in its place, ``{"id", "line", "error": {"line", "message"}}``, and the
-others are scored.
+across them), and each context's line of results is written as soon as its candidates are scored
+(in the file's order: one that finishes early waits for the lines before it), so a run cut short
+keeps what it finished. Each line is read once (`LLM.scoring_tokens`, before its batch) and runs
+as the token ids that gives; a line whose context or candidates the model refuses gets an error
+line in its place, ``{"id", "line", "error": {"line", "message"}}``, and the others are scored.
 """
 
 from __future__ import annotations
@@ -109,54 +108,43 @@ class ScoreTally:
 def run_jobs(
     jobs: list[ScoreJob],
     score_many: Callable[..., list[list[CandidateScore]]],
-    problem: Callable[..., str | None],
+    tokens: Callable[..., tuple[list[int], list[list[int]]]],
     out: IO[str],
     progress: Callable[[int, int], None],
 ) -> ScoreTally:
     """Score ``jobs`` chunk by chunk with ``score_many`` (`LLM.score_many`), writing a line per
     job to ``out``, in order, as each job's context finishes (one that finishes before an earlier
-    line's waits for it), so a run cut short keeps every line it could; a job ``problem``
-    (`LLM.scoring_problem`) names is not scored but written as an error line. ``progress`` hears
-    (candidates done, candidates)."""
+    line's waits for it), so a run cut short keeps every line it could. Each job is read once, by
+    ``tokens`` (`LLM.scoring_tokens`), and runs as the token ids it gives; one it refuses (its
+    ValueError) is not scored but written as an error line. ``progress`` hears (candidates done,
+    candidates)."""
     total, done, tally = sum(len(j.candidates) for j in jobs), 0, ScoreTally()
     for chunk in chunks(jobs):
-        refused = {j.line: why for j in chunk if (why := _problem(problem, j)) is not None}
         rows = _InOrder(chunk, out, tally)
-        for job in chunk:
-            if job.line in refused:
-                rows.refused(job, refused[job.line])
-        runs = [j for j in chunk if j.line not in refused]
-        _score_runs(runs, score_many, rows, lambda n, base=done: progress(base + n, total))
+        runs = [(job, ids) for job in chunk if (ids := _read(tokens, job, rows)) is not None]
+        if runs:  # a chunk of refused lines only has nothing to run
+            score_many(
+                [ctx for _, (ctx, _) in runs],
+                [cands for _, (_, cands) in runs],
+                progress=lambda n, _, base=done: progress(base + n, total),
+                on_context=lambda i, scores, runs=runs, rows=rows: rows.scored(runs[i][0], scores),
+            )
         assert rows.all_written(), "score_many heard every context it returned"
         done += sum(len(j.candidates) for j in chunk)
         progress(done, total)
     return tally
 
 
-def _problem(problem: Callable[..., str | None], job: ScoreJob) -> str | None:
-    """Why ``problem`` (`LLM.scoring_problem`) says ``job`` cannot run (None: it can)."""
-    return problem(job.context, job.candidates, add_special_tokens=job.add_special_tokens)
-
-
-def _score_runs(
-    runs: list[ScoreJob],
-    score_many: Callable[..., list[list[CandidateScore]]],
-    rows: _InOrder,
-    progress: Callable[[int], None],
-) -> None:
-    """``runs`` scored by ``score_many``, each line's scores to ``rows`` as they come: a call per
-    ``add_special_tokens`` given among them (one, mostly); ``progress`` hears the candidates done."""
-    scored = 0
-    for special in dict.fromkeys(j.add_special_tokens for j in runs):
-        group = [j for j in runs if j.add_special_tokens is special]
-        score_many(
-            [j.context for j in group],
-            [j.candidates for j in group],
-            progress=lambda n, _, base=scored: progress(base + n),
-            on_context=lambda i, scores, group=group: rows.scored(group[i], scores),
-            add_special_tokens=special,
-        )
-        scored += sum(len(j.candidates) for j in group)
+def _read(
+    tokens: Callable[..., tuple[list[int], list[list[int]]]], job: ScoreJob, rows: _InOrder
+) -> tuple[list[int], list[list[int]]] | None:
+    """``job``'s context and candidates as token ids (`LLM.scoring_tokens`), or None once its
+    refusal is ``rows``' error line."""
+    try:
+        return tokens(job.context, job.candidates, add_special_tokens=job.add_special_tokens)
+    except ValueError as e:
+        rows.refused(job, str(e))
+        return None
 
 
 class _InOrder:

@@ -4,34 +4,31 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
 from radixflow.generation.call_builder import CallBuilder
-from radixflow.generation.calls import (
-    Call,
-    Progress,
-    PromptError,
-    answer,
-    outputs,
-    outputs_to,
-    refuse,
-)
+from radixflow.generation.calls import Call, Progress, answer, outputs, outputs_to, refuse
 from radixflow.generation.detokenize import NoText
 from radixflow.generation.holder import ModelHolder
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import Messages, Prompt
-from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
+from radixflow.generation.score_many import (
+    ContextsHeard,
+    candidates_named,
+    check_score_many,
+    context_jobs,
+    scores_by_context,
+)
 from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
     ScoringJob,
     candidate_score,
     candidate_scores,
-    refused_candidate,
     scoring_job,
 )
 from radixflow.options import EngineOptions
@@ -212,29 +209,33 @@ class LLM(ModelHolder):
         or None when they can run. Nothing runs: a caller with many contexts sets the refused
         ones aside before its batch."""
         try:
-            ctx, prompts = self._scoring_job(context, candidates, add_special_tokens)
-            labels = [f"candidate {i}" for i in range(len(prompts))]
-            with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
-                refuse(self.engine, *self._calls(prompts, SCORING, namespace, labels))
+            self.scoring_tokens(context, candidates, namespace, add_special_tokens=add_special_tokens)
         except ValueError as e:
             return str(e)
         return None
 
-    @contextmanager
+    def scoring_tokens(
+        self,
+        context: Prompt | Messages,
+        candidates: Sequence[Prompt],
+        namespace: str = "default",
+        *,
+        add_special_tokens: bool | None = None,
+    ) -> tuple[list[int], list[list[int]]]:
+        """The context's token ids and each candidate's, as `score` would run them; raises what
+        `score` raises (`scoring_problem` says it). Nothing runs: a caller with many contexts
+        checks each once and hands `score_many` the ids (a text read twice costs twice)."""
+        ctx, prompts = self._scoring_job(context, candidates, add_special_tokens)
+        labels = [f"candidate {i}" for i in range(len(prompts))]
+        with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
+            refuse(self.engine, *self._calls(prompts, SCORING, namespace, labels))
+        return ctx, [p[len(ctx) :] for p in prompts]
+
     def _candidates_named(
         self, labels: list[str], context_lens: list[int], prompts: list[list[int]]
-    ) -> Iterator[None]:
-        """Inside, a candidate's prompt the engine refuses (a `PromptError`, "candidate 0: prompt:
-        ...") is raised as `refused_candidate` says it, of the candidate in one sentence."""
-        try:
-            yield
-        except PromptError:
-            said = refused_candidate(
-                list(zip(labels, context_lens, prompts, strict=True)), self.engine.problem
-            )
-            if said is None:  # not a candidate's prompt (no such refusal): as it was raised
-                raise
-            raise said from None
+    ) -> AbstractContextManager[None]:
+        """`candidates_named` against this LLM's engine."""
+        return candidates_named(lambda r: self.engine.problem(r), labels, context_lens, prompts)
 
     def _scoring_job(
         self, context: Prompt | Messages, candidates: Sequence[Prompt], special: bool | None = None

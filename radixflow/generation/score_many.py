@@ -5,8 +5,10 @@ checks, each context's scores cut from the batch's outputs, and each context han
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
+from radixflow.generation.calls import PromptError
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.prompts import (
     Messages,
@@ -16,8 +18,9 @@ from radixflow.generation.prompts import (
     of_context,
     require_list,
 )
-from radixflow.generation.scoring import CandidateScore, ScoringJob, candidate_scores
-from radixflow.problems import counted
+from radixflow.generation.scoring import CandidateScore, ScoringJob, candidate_scores, refused_candidate
+from radixflow.problems import Problem, counted
+from radixflow.scheduler.request import Request
 
 
 def check_score_many(
@@ -65,6 +68,25 @@ def of_context_error(i: int, error: ValueError) -> ValueError:
     said = copy.copy(error)
     said.args = (of_context(i, str(error)),)
     return said
+
+
+@contextmanager
+def candidates_named(
+    problem: Callable[[Request], Problem | None],
+    labels: list[str],
+    context_lens: list[int],
+    prompts: list[list[int]],
+) -> Iterator[None]:
+    """Inside, a candidate's prompt the engine refuses (a `PromptError`, "candidate 0: prompt:
+    ...") is raised as `refused_candidate` says it (``problem``: the engine's check), of the
+    candidate in one sentence."""
+    try:
+        yield
+    except PromptError:
+        said = refused_candidate(list(zip(labels, context_lens, prompts, strict=True)), problem)
+        if said is None:  # not a candidate's prompt (no such refusal): as it was raised
+            raise
+        raise said from None
 
 
 def scores_by_context(jobs: list[ScoringJob], outputs: list[GenerationOutput]) -> list[list[CandidateScore]]:

@@ -923,14 +923,14 @@ def test_score_rows_are_written_in_input_order_as_each_context_finishes():
     out = io.StringIO()
     seen: list[int] = []
 
-    def score_many(contexts, candidates, progress, on_context, add_special_tokens):
+    def score_many(contexts, candidates, progress, on_context):
         for i in (1, 0, 2):  # the second context finishes first
             on_context(i, [])
             seen.append(out.getvalue().count("\n"))
         return [[], [], []]
 
     run_jobs(
-        jobs, score_many, lambda context, candidates, add_special_tokens: None, out, lambda done, total: None
+        jobs, score_many, lambda context, candidates, add_special_tokens: ([1], [[2]]), out, lambda d, t: None
     )
     assert seen == [0, 2, 3]
     assert [json.loads(line)["line"] for line in out.getvalue().splitlines()] == [1, 2, 3]

@@ -252,3 +252,25 @@ def test_a_candidate_the_model_refuses_is_named_by_the_flag_that_gave_it(zoo, ca
         assert main(["score", MODEL, "--context", "a", *argv]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err == f"radixflow: error: {want}\n"
+
+
+def test_an_input_line_is_tokenized_once_not_once_to_check_and_again_to_run(
+    zoo, capsys, tmp_path, monkeypatch
+):
+    # each line's context and candidates were tokenized by `scoring_problem` to check the line and
+    # again by `score_many` to run it: twice the work, and two readings that could differ
+    from collections import Counter
+
+    from radixflow.cli import main
+    from radixflow.generation.tokenizer import TextTokenizer
+
+    seen: Counter[str] = Counter()
+    encode = TextTokenizer.encode
+    monkeypatch.setattr(
+        TextTokenizer, "encode", lambda self, text, **kw: seen.update([text]) or encode(self, text, **kw)
+    )
+    given = tmp_path / "in.jsonl"
+    given.write_text(json.dumps({"context": "a b", "candidates": [" c", " d"]}) + "\n")
+    assert main(["score", MODEL, "--input", str(given)]) == 0
+    assert [len(json.loads(line)["scores"]) for line in capsys.readouterr().out.splitlines()] == [2]
+    assert seen == {"a b": 1, " c": 1, " d": 1}

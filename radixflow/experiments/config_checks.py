@@ -8,6 +8,8 @@ Also here: `--seeds` as the command line gives it, a workload value."""
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import re
 from collections.abc import Hashable
@@ -36,14 +38,43 @@ def fail(origin: str, key: str, why: str) -> ExperimentConfigError:
 
 
 def toml_spelled(why: str) -> str:
-    """``why`` with the value it quotes back (after its last "got ") spelled as TOML spells a
-    bool, ``true``: the checks are the options' (shared with LLM's keywords), which quote Python's
-    ``True``, a word a TOML file given it back refuses. Strings quoted in the value stay."""
+    """``why`` with the value it quotes back (after its last "got ") spelled as TOML spells it:
+    the checks are the options' (shared with LLM's keywords), which quote Python's ``True`` and
+    ``{'a': 1}``, which a TOML file given them back refuses. A table or an array is written out
+    again (`_toml`); else a bool is ``true``, and strings quoted in the value stay."""
     head, got, value = why.rpartition("got ")
     if not got:
         return why
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # cut short, a hint after it
+        parsed = None
+    if isinstance(parsed, dict | list):
+        return head + got + _toml(parsed)
     spelled = _PY_BOOL.sub(lambda m: m.group(1) or m.group(2).lower(), value)
     return head + got + spelled
+
+
+def _toml(value: object) -> str:
+    """``value`` (what tomllib reads: a table, an array, a string, a number, a bool) as TOML
+    writes it; a string as Python quotes it where that is TOML too (no escape in it)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        quoted = repr(value)
+        return quoted if "\\" not in quoted else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    return repr(value)
+
+
+def _toml_key(key: object) -> str:
+    """A table's key, bare where TOML allows it."""
+    bare = isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_-]+", key) is not None
+    return str(key) if bare else _toml(str(key))
 
 
 def experiment_name(data: dict[str, Any], origin: str) -> str:

@@ -390,12 +390,17 @@ def test_a_workload_value_of_the_wrong_type_says_the_type_in_words(tiny: Path, e
     [
         (("groups = 2", "groups = true"), "defaults.workload.groups: must be an integer, got true"),
         (('"native", "radixflow"]', '"native", false]'), "policies: each entry must be a string, got false"),
-        (("token_budget = 256", "token_budget = {a = [true, 'True']}"), "got {'a': [true, 'True']}"),
+        (("token_budget = 256", "token_budget = {a = [true, 'True']}"), "got {a = [true, 'True']}"),
         (("groups = 2", "groups = 'True'"), "groups: must be an integer, got 'True'"),  # a string as it is
+        (
+            ("token_budget = 256", 'token_budget = {"b c" = "x\\ny", d = {}}'),
+            "got {'b c' = \"x\\ny\", d = {}}",
+        ),
+        (("groups = 2", 'groups = "it\'s"'), 'groups: must be an integer, got "it\'s"'),
     ],
 )
-def test_a_toml_bool_is_quoted_as_toml_spells_it(tiny: Path, edit, says):
-    # "got True": Python's spelling, which a TOML file given it back refuses
+def test_a_toml_value_is_quoted_as_toml_spells_it(tiny: Path, edit, says):
+    # "got True", "got {'a': 1}": Python's spelling, which a TOML file given it back refuses
     assert refusal(tiny, [edit]).endswith(says)
 
 

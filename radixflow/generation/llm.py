@@ -18,6 +18,7 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import Messages, Prompt
 from radixflow.generation.score_many import (
     ContextsHeard,
+    candidate_heard,
     candidates_named,
     check_score_many,
     context_jobs,
@@ -27,9 +28,9 @@ from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
     ScoringJob,
-    candidate_score,
     candidate_scores,
     scoring_job,
+    specials_asked,
 )
 from radixflow.options import EngineOptions
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
@@ -93,6 +94,7 @@ class LLM(ModelHolder):
         *,
         fit: bool = False,
         on_output: Callable[[int, GenerationOutput], None] | None = None,
+        add_special_tokens: bool | None = None,
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
@@ -103,11 +105,13 @@ class LLM(ModelHolder):
         ``max_tokens`` is a default the caller never gave, capped to the room its prompt leaves
         (`SamplingParams.fitted`), as the server caps its default. ``on_output`` hears each output
         as it finishes, with its place in the list returned, so a caller keeps what finished when
-        the call is cut short (a Ctrl-C).
+        the call is cut short (a Ctrl-C). ``add_special_tokens=False``: a text prompt without
+        the tokenizer's special tokens (/v1/completions' field; None, not given: with them).
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        token_prompts = self._reader(sampling_params).prompts(prompts)
+        special = specials_asked(None, add_special_tokens)  # refused by name where no bool
+        token_prompts = self._reader(sampling_params).prompts(prompts, special)
         return self._generate(token_prompts, sampling_params, namespace, progress, "prompt", fit, on_output)
 
     def _generate(
@@ -163,7 +167,7 @@ class LLM(ModelHolder):
         ctx, prompts = self._scoring_job(context, candidates, add_special_tokens)
         labels = [f"candidate {i}" for i in range(len(prompts))]
         with self._candidates_named(labels, [len(ctx)] * len(prompts), prompts):
-            heard = None if on_candidate is None else partial(_heard, on_candidate, len(ctx))
+            heard = None if on_candidate is None else partial(candidate_heard, on_candidate, len(ctx))
             outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
         return candidate_scores(len(ctx), outputs)
 
@@ -291,10 +295,3 @@ class LLM(ModelHolder):
 def _plain_path(value: object) -> object:
     """``value``, or the string of a path object (``os.PathLike``)."""
     return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-def _heard(
-    on_candidate: Callable[[CandidateScore], None], context_len: int, i: int, out: GenerationOutput
-) -> None:
-    """`LLM.score`'s ``on_candidate`` told candidate ``i``'s score, from its output."""
-    on_candidate(candidate_score(i, context_len, out))

@@ -35,9 +35,10 @@ class PromptReader:
         self.tokenizer = tokenizer
         self.limited = limited or tokenizer
 
-    def prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
+    def prompts(self, prompts: Prompt | Sequence[Prompt], special: bool = True) -> list[list[int]]:
         """`LLM.generate`'s prompts: one prompt, or a list of them (an empty list is no prompts,
-        as in vLLM: ``[]`` is no empty prompt). A prompt may also be vLLM's dict form."""
+        as in vLLM: ``[]`` is no empty prompt). A prompt may also be vLLM's dict form. A text
+        prompt gets the tokenizer's special tokens where ``special`` (token ids go as given)."""
         if isinstance(prompts, str | Mapping) or (is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
         # bytes iterate over their byte values, which would run as token ids
@@ -55,7 +56,7 @@ class PromptReader:
             if isinstance(p, Mapping):
                 p = _unwrapped(p, label)
             if isinstance(p, str):
-                out.append(self.encode(p, label))
+                out.append(self.encode(p, label, special))
             elif is_token_list(p):
                 out.append(list(map(int, p)))
             else:

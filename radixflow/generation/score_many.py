@@ -18,7 +18,13 @@ from radixflow.generation.prompts import (
     of_context,
     require_list,
 )
-from radixflow.generation.scoring import CandidateScore, ScoringJob, candidate_scores, refused_candidate
+from radixflow.generation.scoring import (
+    CandidateScore,
+    ScoringJob,
+    candidate_score,
+    candidate_scores,
+    refused_candidate,
+)
 from radixflow.problems import Problem, counted
 from radixflow.scheduler.request import Request
 
@@ -123,3 +129,10 @@ class ContextsHeard:
         context_len, n = self._shapes[i]
         if len(got) == n:
             self._on_context(i, candidate_scores(context_len, [got[p] for p in sorted(got)]))
+
+
+def candidate_heard(
+    on_candidate: Callable[[CandidateScore], None], context_len: int, i: int, out: GenerationOutput
+) -> None:
+    """`LLM.score`'s ``on_candidate`` told candidate ``i``'s score, from its output."""
+    on_candidate(candidate_score(i, context_len, out))

@@ -274,3 +274,18 @@ def test_an_input_line_is_tokenized_once_not_once_to_check_and_again_to_run(
     assert main(["score", MODEL, "--input", str(given)]) == 0
     assert [len(json.loads(line)["scores"]) for line in capsys.readouterr().out.splitlines()] == [2]
     assert seen == {"a b": 1, " c": 1, " d": 1}
+
+
+def test_a_text_prompt_may_go_without_special_tokens_at_generate_as_at_score(zoo, tmp_path):
+    # /v1/completions, /v1/score and LLM.score took add_special_tokens; LLM.generate had no way
+    # to send a text prompt without its BOS token (TypeError: unexpected keyword argument)
+    model = _with_bos(tmp_path)
+    llm = LLM(str(model), kv_blocks=64, state_slots=8)
+    bare = llm.tokenizer.encode("a b", add_special_tokens=False)
+    (out,) = llm.generate("a b", add_special_tokens=False)
+    (with_bos,) = llm.generate("a b", add_special_tokens=None)
+    assert list(out.prompt_token_ids) == bare and list(with_bos.prompt_token_ids) == [0, *bare]
+    (ids,) = llm.generate([[5, 6]], add_special_tokens=False)
+    assert list(ids.prompt_token_ids) == [5, 6]  # token ids go as given
+    with pytest.raises(ValueError, match=r"^add_special_tokens: must be true or false, got 'no'$"):
+        llm.generate("a b", add_special_tokens="no")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import re
 import sys
 from collections.abc import Callable
@@ -120,6 +121,25 @@ def _digit_count(n: int) -> int:
     """Decimal digits of ``n`` >= 0, without converting it to a string."""
     count = max(1, int(n.bit_length() * math.log10(2)))  # within one of the true count
     return count + 1 if n >= 10**count else count
+
+
+def plain(x: object) -> object:
+    """A number of another library (numpy's int64, float32) as the Python int or float it is,
+    so the checks read it as the number it is and seeds mix as Python ints, and numpy's bool as
+    Python's (a flag taken from an array); a bool, a float that is no integer, a float as typed
+    (the command line's: `typed_floats` holds it plain once checked), and anything else stay as
+    they are, for the checks to name."""
+    if x is None or isinstance(x, bool) or type(x) in (int, float):  # most fields: no ABC check
+        return x
+    if type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"):  # 2.x, 1.x
+        return bool(x)  # no ABC counts it a number (numpy imported only where a caller did)
+    if isinstance(x, float) and isinstance(getattr(x, "text", None), str):
+        return x  # a flag's number as typed (options.numerals.Written): a refusal quotes it so
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    return x
 
 
 def number_problem(param: str, value: object, integer: bool = False) -> Problem | None:

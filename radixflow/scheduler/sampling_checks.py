@@ -6,9 +6,8 @@ on ``top_logprobs`` too), and a value shown as the caller sent it (`shown`)."""
 from __future__ import annotations
 
 import math
-import numbers
 
-from radixflow.problems import Problem, number_problem
+from radixflow.problems import Problem, number_problem, plain
 from radixflow.problems import shown as cut
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
@@ -125,25 +124,6 @@ def shown(value: object) -> str:
 
 def _as_lists(value: object) -> object:
     return [_as_lists(v) for v in value] if isinstance(value, tuple) else value
-
-
-def plain(x: object) -> object:
-    """A number of another library (numpy's int64, float32) as the Python int or float it is,
-    so the checks read it as the number it is and seeds mix as Python ints, and numpy's bool as
-    Python's (a flag taken from an array); a bool, a float that is no integer, a float as typed
-    (the command line's: `typed_floats` holds it plain once checked), and anything else stay as
-    they are, for the checks to name."""
-    if x is None or isinstance(x, bool) or type(x) in (int, float):  # most fields: no ABC check
-        return x
-    if type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"):  # 2.x, 1.x
-        return bool(x)  # no ABC counts it a number (numpy imported only where a caller did)
-    if isinstance(x, float) and isinstance(getattr(x, "text", None), str):
-        return x  # a flag's number as typed (options.numerals.Written): a refusal quotes it so
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real):
-        return float(x)
-    return x
 
 
 def plain_ids(ids: object) -> object:

@@ -35,6 +35,7 @@ from radixflow.costmodel.hardware.gpu_figures import (
 )
 from radixflow.costmodel.hardware.profile_checks import profile_error, profile_problems
 from radixflow.costmodel.kernel_times.sources import READS_PROFILE_FLOPS
+from radixflow.problems import plain
 
 # A term split off another: a profile written before the split prices it at the other's scale, so
 # its rounds cost what they did (attention over a chunk's cached prefix was part of "attention").
@@ -70,7 +71,12 @@ class HardwareProfile:
     kernels: str | None = None  # kernel-time source of the work (None: fitted per-term rates)
 
     def __post_init__(self) -> None:
-        """Every profile, however made (file, fit, `replace`), is one the sim can use."""
+        """Every profile, however made (file, fit, `replace`), is one the sim can use; numpy's
+        numbers and bools (a fit's, an array's) read as Python's, as the engine options read them."""
+        for f in fields(self):
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+        if isinstance(self.kind_scale, dict):
+            object.__setattr__(self, "kind_scale", {k: plain(v) for k, v in self.kind_scale.items()})
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if problems := profile_problems(values):
             raise profile_error(f"hardware profile {self.name!r}", problems[0])

@@ -336,3 +336,20 @@ def test_a_number_past_a_float_is_quoted_as_written(tmp_path: Path, typed: str) 
         resolve_hardware(str(path))
     assert str(info.value).startswith(f"{path}: profile key 'flops' "), info.value
     assert str(info.value).endswith(f"got {typed}"), info.value
+
+
+def test_a_profile_built_in_code_reads_numpys_numbers_and_bools_as_pythons():
+    # "weight_bytes must be an integer from 1 to 8, got np.int64(2)" said 2 is none, where
+    # `EngineOptions` and `SamplingParams` read numpy's values (a fit's, an array's) as Python's
+    import numpy as np
+
+    made = replace(
+        HARDWARE["cpu"],
+        scheduler_overlap=np.False_,
+        weight_bytes=np.int64(2),
+        round_overhead_s=np.float32(0.5),
+        kind_scale={"matmul": np.float32(2.0)},
+    )
+    assert made.scheduler_overlap is False and made.weight_bytes == 2 and type(made.weight_bytes) is int
+    assert type(made.round_overhead_s) is float and made.kind_scale == {"matmul": 2.0}
+    assert json.loads(json.dumps(made.to_dict()))["kind_scale"] == {"matmul": 2.0}

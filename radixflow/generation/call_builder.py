@@ -12,7 +12,7 @@ from radixflow.generation.calls import Call, PromptError
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import PromptReader, params_per_prompt
 from radixflow.generation.tokenizer import TextTokenizer
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, plain, shown
 from radixflow.scheduler.request import Request
 
 
@@ -38,6 +38,8 @@ class CallBuilder:
         ValueError for params that cannot run, naming the prompt. ``fit``: see `LLM.generate`."""
         if not isinstance(namespace, str):  # before any runs (the engine would fail each request alone)
             raise ValueError(f"namespace must be a string, got {namespace!r}")
+        if not isinstance(plain(fit), bool):  # else its truth: fit="no" capped as True does
+            raise ValueError(f"fit: must be true or false, got {shown(fit)}")
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
         # one prompt of `generate` is not named; any other item is (a candidate, a context's)
         named = len(token_prompts) > 1 or item != "prompt"

@@ -217,6 +217,17 @@ def test_a_min_tokens_past_the_room_a_fitted_max_tokens_leaves_is_refused_not_lo
     assert scored.token_ids == () and len(scored.prompt_logprobs) == 8  # fitting raised 0 to 1
 
 
+@pytest.mark.parametrize("given", ["no", 0.0, None])
+def test_fit_that_is_no_bool_is_refused_by_name_not_read_as_its_truth(llm, given):
+    # fit="no" capped max_tokens as fit=True does (a truthy string), and fit=None did not: a
+    # keyword of another type, as SamplingParams' fields, is refused naming it
+    import numpy as np
+
+    with pytest.raises(ValueError, match=rf"^fit: must be true or false, got {re.escape(repr(given))}$"):
+        llm.generate("a", SamplingParams(max_tokens=2), fit=given)
+    assert len(llm.generate("a", SamplingParams(max_tokens=2), fit=np.True_)) == 1  # numpy's bool is one
+
+
 def test_min_tokens_follows_only_the_guided_choices_that_long(llm):
     # ("cat", "the lazy dog") with min_tokens 3 answered "cat" (2 tokens), finish reason stop:
     # min_tokens broken unsaid. A choice shorter than it ends the output as an EOS would

@@ -23,6 +23,7 @@ from radixflow.cli.args import (
     note_trace_kept,
     require_tokenizer,
     trace_failure_held,
+    warn,
     warn_ineffective_for_model,
     warn_ineffective_options,
     warn_trace_unwritten,
@@ -103,7 +104,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | outputs)
         record = run_record("score", map(job_record, jobs or []), row_options(options))
-        kept = kept_rows("--output", output, args.restart, record)  # None without --input
+        if jobs is None and args.restart:  # kept_rows would name --output, refused beside --context
+            warn("--restart: no effect: only --input's rows go to a partial file")
+        kept = kept_rows("--output", output, args.restart and jobs is not None, record)  # None: no --input
         if jobs is not None and kept is not None:  # refused, or said, before the model loads
             go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
         refuse_setup(options)  # what the model's setup refuses, before a warning of the run

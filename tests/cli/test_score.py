@@ -289,3 +289,14 @@ def test_a_text_prompt_may_go_without_special_tokens_at_generate_as_at_score(zoo
     assert list(ids.prompt_token_ids) == [5, 6]  # token ids go as given
     with pytest.raises(ValueError, match=r"^add_special_tokens: must be true or false, got 'no'$"):
         llm.generate("a b", add_special_tokens="no")
+
+
+def test_restart_beside_context_says_it_is_inputs_flag_not_to_give_output(zoo, capsys):
+    # it said "without --output PATH there is no partial file", and --output beside --context is
+    # refused: the warning sent the user to a flag the command then refused
+    from radixflow.cli import main
+
+    assert main(["score", MODEL, "--context", "a", "--candidate", " b", "--json", "--restart"]) == 0
+    err = capsys.readouterr().err
+    assert "radixflow: warning: --restart: no effect: only --input's rows go to a partial file\n" in err
+    assert "--output" not in err

@@ -188,14 +188,31 @@ def _experts(wanted: dict[str, torch.Tensor], head: str, part: str) -> list[str]
 
 
 def _check_cover(name: str, n_parts: int, pieces: list[tuple[str, int, int]], experts: int) -> None:
-    """Per-expert pieces must cover each (expert, part) of a merged tensor exactly once."""
-    have = {(j, p) for _, j, p in pieces}
+    """Per-expert pieces must cover each (expert, part) of a merged tensor exactly once: refused
+    naming the pairs missing, then the tensors no expert takes (past the model's experts, or a
+    pair given twice)."""
     need = {(j, p) for j in range(experts) for p in range(n_parts)}
-    if have != need or len(pieces) != len(need):
-        raise TensorError(
-            f"{name}: the checkpoint's per-expert tensors cover (expert, part) {sorted(have)[:6]}..., "
-            f"expected each of {n_parts} part(s) once for each of {experts} experts"
-        )
+    seen: set[tuple[int, int]] = set()
+    left_over = []  # checkpoint keys of pairs outside `need` or already seen
+    for key, j, p in sorted(pieces, key=lambda piece: piece[0]):
+        if (j, p) not in need or (j, p) in seen:
+            left_over.append(key)
+        seen.add((j, p))
+    missing = sorted(need - seen)
+    if not missing and not left_over:
+        return
+    said = [f"missing (expert, part) {_first(missing)}"] if missing else []
+    said += [f"no expert takes {_first(left_over)}"] if left_over else []
+    raise TensorError(
+        f"{name}: the checkpoint's per-expert tensors must hold each of {n_parts} part(s) once for "
+        f"each of {experts} experts: {'; '.join(said)}"
+    )
+
+
+def _first(items: list[Any], shown: int = 6) -> str:
+    """Up to ``shown`` of ``items``, and how many more."""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return f"{items[:shown]}{more}"
 
 
 def _floating(wanted: dict[str, torch.Tensor], name: str) -> bool:

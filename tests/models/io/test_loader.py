@@ -372,6 +372,38 @@ def test_wrong_expert_shape_names_the_per_expert_tensor(tmp_path: Path) -> None:
         load_model(tmp_path / "hub")
 
 
+EXPERT = "model.layers.0.mlp.experts"
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ({f"{EXPERT}.2.gate_proj.weight": None}, r"missing \(expert, part\) \[\(2, 0\)\]"),
+        ({f"{EXPERT}.9.gate_proj.weight": f"{EXPERT}.0.gate_proj.weight"}, r"takes \['\S*experts\.9\."),
+    ],
+    ids=["missing", "past the last expert"],
+)
+def test_per_expert_tensors_that_do_not_cover_the_experts_are_named(tmp_path: Path, edit, said) -> None:
+    """The loader named the first six (expert, part) pairs it found, cut off with "...": a missing
+    pair could be anywhere in the list, and a tensor of an expert the model lacks (9 of 4) was
+    never shown. It names what is missing and the tensors no expert takes."""
+    model = tiny("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
+    save_model(model, tmp_path / "ours")
+
+    def edited(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = per_expert(key, tensor)
+        for name, source in edit.items():
+            if source is None:
+                out.pop(name, None)
+            elif source in out:
+                out[name] = out[source].clone()
+        return out
+
+    rewrite(tmp_path / "ours", tmp_path / "hub", edited)
+    with pytest.raises(CheckpointError, match=said):
+        load_model(tmp_path / "hub")
+
+
 def test_missing_tensor(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)

@@ -32,7 +32,7 @@ def snapshot(cache: RadixCache) -> list[tuple[object, ...]]:
     nodes = [
         (
             n.id, n.key, n.end, n.parent.id if n.parent else None, n.blocks, n.lock_ref, n.demand,
-            n.ends, n.last_used, n.hits, n.aged, n.live_children, n.continues, n.closes_prompt,
+            n.ends, n.last_used, n.path_stamp, n.hits, n.aged, n.live_children, n.continues, n.closes_prompt,
             n.published_by, [(k, c.id) for k, c in n.children.items()],
             n.checkpoint and (n.checkpoint.slot, n.checkpoint.readiness, n.checkpoint.producer),
         )

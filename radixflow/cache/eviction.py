@@ -105,6 +105,7 @@ class LRU:
     name = "lru"
     clock = 0.0  # never advances: recency is ``last_used`` alone
     coupled = False
+    reads_own_stamp = True  # reads no ``last_used`` but the ranked node's (`Node.path_stamp`)
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         pass  # sizes play no part in recency
@@ -155,6 +156,7 @@ class CostPerByte:
 
     name = "cost-per-byte"
     coupled = True
+    reads_own_stamp = True  # reads no ``last_used`` but the ranked node's (`Node.path_stamp`)
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         self.sizes = sizes or EntrySizes()

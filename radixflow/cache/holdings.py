@@ -79,8 +79,13 @@ class Holdings:
             raise ValueError(f"unlock of an unlocked node {handle}")
         self._release_lock(node.id)
         walk: Node | None = node
+        owed = 0  # the latest stamp owed on a node unlocked so far: its ancestors' too
         while walk is not None and walk.parent is not None:
             walk.lock_ref -= 1
+            if walk.lock_ref == 0 and walk.path_stamp:
+                owed, walk.path_stamp = max(owed, walk.path_stamp), 0
+            if walk.last_used < owed:  # written before the policy may rank it (offered)
+                walk.last_used = owed
             if walk.lock_ref == 0:
                 self.evictor.offer(walk)
             walk = walk.parent

@@ -183,6 +183,7 @@ def _check_node(cache: RadixCache, journals: _Journals, parent: Node, node: Node
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
     _require(node.hits >= 1, f"node {nid}: {node.hits} hits")
     _require(node.aged <= cache.evictor.policy.clock, f"node {nid}: aged past the eviction clock")
+    _require(node.path_stamp == 0 or node.lock_ref > 0, f"node {nid}: a stamp owed on an unlocked node")
     if kv_evictable(node):
         _require(cache.evictor.kv_victims.queued(node), f"node {nid}: evictable KV leaf not queued")
     if checkpoint_evictable(node):

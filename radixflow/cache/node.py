@@ -32,7 +32,8 @@ class Node:
     - ``live_children`` = number of materialized children (a root's too);
     - a PENDING checkpoint sits on a locked node;
     - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it;
-    - ``hits`` >= 1 and ``aged`` <= the eviction policy's clock.
+    - ``hits`` >= 1 and ``aged`` <= the eviction policy's clock;
+    - ``path_stamp`` is 0 on an unlocked node.
     """
 
     id: int
@@ -46,6 +47,11 @@ class Node:
     demand: int = 0
     ends: int = 0
     last_used: int = 0
+    # an LRU stamp owed to this node and every ancestor, not yet written on them (0: none): a
+    # decode step stamps its whole path, and writing one per node of a long sequence was most of
+    # its cost. Only on a locked node (its ancestors are locked too, and no built-in policy reads
+    # a locked node's stamp); written on the path when its lock goes (`Holdings.unlock`)
+    path_stamp: int = 0
     hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
     # the eviction policy's inflation clock when this node was last touched, or when a child
     # evicted since was (a request that resumed below it used its KV too)

@@ -24,6 +24,9 @@ class Publisher:
     def __init__(self, tree: Tree, journal: RoundJournal, evictor: Evictor, holdings: Holdings) -> None:
         self.tree, self.journal, self.evictor, self.holdings = tree, journal, evictor, holdings
         self.paths = lookup.SpelledPaths(tree)  # where each extend's path ended: the next one's hint
+        # the policy ranks a node by no stamp but its own, and ranks no locked node: a locked
+        # path's stamps may be owed (`Node.path_stamp`); an outside policy's are all written
+        self.owes_stamps = getattr(evictor.policy, "reads_own_stamp", False)
 
     def extend(
         self,
@@ -56,7 +59,7 @@ class Publisher:
             path = self.tree.path(namespace, tokens, end // bs, cuts)
         adopted, made, wanted = 0, {}, set(checkpoints)
         clock = self.evictor.policy.clock
-        for node in path:
+        for node in path[self._owed_above(path, start, tick) :]:
             node.last_used = tick
             if node.end <= start:
                 continue
@@ -73,6 +76,19 @@ class Publisher:
             self.paths.remember(namespace, tokens, path)
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
+
+    def _owed_above(self, path: list[Node], start: int, tick: int) -> int:
+        """Where in ``path`` its stamps start to be written: below its deepest locked node before
+        ``start``, whose stamp is owed on it and its ancestors instead (O(1) for a decode step, whose
+        lock ends at or just above its chunk); 0 where the policy wants every stamp written."""
+        i = len(path)
+        if not self.owes_stamps:
+            return 0
+        while i and (path[i - 1].end > start or not path[i - 1].lock_ref):
+            i -= 1
+        if i:
+            path[i - 1].path_stamp = tick
+        return i
 
     def _known_path(
         self, namespace: str, tokens: tuple[int, ...], base: int, cuts: list[int], hint: NodeHandle | None

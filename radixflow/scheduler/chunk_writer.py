@@ -26,6 +26,8 @@ class ChunkWriter:
         self.checkpoints = checkpoints
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
+        # request id -> its prompt, output and sequence as its last chunk carried them (`sequence`)
+        self._sequences: dict[str, tuple[tuple[int, ...], list[int], tuple[int, ...]]] = {}
 
     @property
     def promised(self) -> int:
@@ -64,7 +66,7 @@ class ChunkWriter:
     def emit(self, req: Request, end: int, ckpts: list[int], restore: int | None) -> ScheduledChunk:
         """The chunk computing ``[req.computed, end)``: allocates its blocks and publishes its whole
         blocks and checkpoints in the tree (mutates ``req``, the cache and the ledger)."""
-        start, seq, bs = req.computed, req.sequence, self.config.block_size
+        start, seq, bs = req.computed, self.sequence(req), self.config.block_size
         blocks = self.cache.alloc_blocks(-(-end // bs) - len(req.block_table))  # a decode step may need none
         req.own_blocks.extend(blocks)
         req.block_table.extend(blocks)
@@ -92,6 +94,17 @@ class ChunkWriter:
             prompt_logprobs_from=_prompt_logprobs_from(req, start),
             prompt_len=len(req.prompt),
         )
+
+    def sequence(self, req: Request) -> tuple[int, ...]:
+        """``req.sequence``, its last chunk's with the tokens appended since: a decode step copies
+        its sequence once, not its whole output and then the sequence (`Request.sequence`). While
+        it runs a request's output only grows, by the scheduler's appends; a new prompt or output
+        list, one shorter than before or whose last token moved, is read whole."""
+        prompt, output = req.prompt, req.output
+        known = self._sequences.get(req.id)
+        seq = req.sequence if known is None else _appended(known, prompt, output)
+        self._sequences[req.id] = (prompt, output, seq)
+        return seq
 
     def depth_at(self, req: Request, position: int) -> int:
         """Fewest rounds any schedule needs before ``req``'s state at ``position`` can exist: its
@@ -121,12 +134,27 @@ class ChunkWriter:
         if req.registration is not None:
             self.cache.unregister(req.registration)
         req.lock, req.working_slot, req.tail_slot, req.registration = None, None, None, None
+        self._sequences.pop(req.id, None)
         req.own_blocks, req.block_table = [], []
 
     def check(self, running: Iterable[Request]) -> None:
         """The ledger is exact: what the running requests still owe, no more, no less."""
         owed = sum(self.owed(r.computed, r) for r in running)
         assert self.promised == owed, f"promised KV {self.promised} != {owed}"
+
+
+def _appended(
+    known: tuple[tuple[int, ...], list[int], tuple[int, ...]], prompt: tuple[int, ...], output: list[int]
+) -> tuple[int, ...]:
+    """The sequence of ``prompt`` and ``output``, from ``known`` (a prompt, an output list and
+    their sequence then) when only tokens were appended to that list since. Pure."""
+    was_prompt, was_output, seq = known
+    done = len(seq) - len(prompt)  # output tokens in ``seq``
+    if was_prompt is not prompt or was_output is not output or not 0 <= done <= len(output):
+        return prompt + tuple(output)
+    if done and output[done - 1] is not seq[-1]:
+        return prompt + tuple(output)
+    return seq + tuple(output[done:]) if done < len(output) else seq
 
 
 def _prompt_logprobs_from(req: Request, start: int) -> int | None:

@@ -82,17 +82,23 @@ class SpelledPaths:
         self._shape = tree.shape  # the shape every remembered answer was found in
         self._known: dict[int, _Spelling] = {}  # node id -> its path, oldest first
         self._held = 0  # tokens in ``_known``
+        # the tokens `take` last answered from memory and the spelling it found them to start
+        # with: `remember` on the same tokens object, for a path ending where that spelling does
+        # (a decode step inside a block), keeps that spelling instead of slicing them again
+        self._answered: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def take(self, namespace: str, tokens: tuple[int, ...], handle: NodeHandle) -> list[Node] | None:
         """`spelled(tree, namespace, tokens, handle)`, forgetting what was remembered for
         ``handle`` (a lock moves down its path: asked once). The list is not to be mutated."""
         known = self._forget(handle.node_id) if self._shape == self.tree.shape else None
+        self._answered = None
         if (
             known is not None
             and known.namespace == namespace
             and self.tree.find_node(handle) is known.path[-1]
             and tokens[: known.path[-1].end] == known.tokens
         ):
+            self._answered = (tokens, known.tokens)
             return known.path
         return spelled(self.tree, namespace, tokens, handle)
 
@@ -103,7 +109,11 @@ class SpelledPaths:
             self._known.clear()
             self._shape, self._held = self.tree.shape, 0
         self._forget(path[-1].id)
-        spelling = _Spelling(namespace, tokens[: path[-1].end], path)
+        end, answered, self._answered = path[-1].end, self._answered, None
+        if answered is not None and answered[0] is tokens and len(answered[1]) == end:
+            spelling = _Spelling(namespace, answered[1], path)  # equal to ``tokens[:end]``: `take` compared
+        else:
+            spelling = _Spelling(namespace, tokens[:end], path)
         self._known[path[-1].id] = spelling
         self._held += len(spelling.tokens)
         while self._held > self.TOKENS:

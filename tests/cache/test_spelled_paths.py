@@ -287,3 +287,22 @@ def test_a_decode_step_is_answered_from_memory() -> None:
     assert serve(cache, "n", (5, 6, 0, 0), [], "s")  # splits the request's node: walked again
     assert cache.publisher.paths.take("n", seq + (1,), handle) is not path
     cache.check_integrity()
+
+
+def test_a_step_inside_a_block_keeps_the_spelling_it_was_answered_with() -> None:
+    """A decode step whose path ends where its last one did keeps the tokens kept for it (equal,
+    `take` compared them) instead of a fresh copy of its sequence: the same tuple, and the walk's
+    answer still."""
+    cache = RadixCache(2, 16, 4)
+    blocks = cache.alloc_blocks(3)
+    ext = cache.extend("n", (5, 6, 7, 8), 0, 4, blocks, [], "r")
+    cache.lock(ext.handle)
+    cache.commit("r")
+    (_, kept, _, _), *_ = cache.publisher.paths.remembered()
+    tokens = (5, 6, 7, 8, 9)
+    step = cache.extend("n", tokens, 4, 5, blocks[2:], [], "r", hint=ext.handle)
+    assert step.handle == ext.handle
+    (_, now, _, path), *_ = cache.publisher.paths.remembered()
+    assert now is kept and path == lookup.spelled(cache.tree, "n", tokens, ext.handle)
+    cache.commit("r")
+    cache.check_integrity()

@@ -124,6 +124,7 @@ class ChunkWriter:
         """Give back everything ``req`` holds: path lock, private blocks, working slots, demand;
         ``running``: it was running, so its blocks leave the ledger (mutates ``req``, the cache
         and the ledger)."""
+        self._sequences.pop(req.id, None)  # first: a release cut short (a Ctrl-C) leaves none
         if running:
             self.promised -= self.owed(req.computed, req)
         self.cache.unlock(req.lock)
@@ -134,13 +135,16 @@ class ChunkWriter:
         if req.registration is not None:
             self.cache.unregister(req.registration)
         req.lock, req.working_slot, req.tail_slot, req.registration = None, None, None, None
-        self._sequences.pop(req.id, None)
         req.own_blocks, req.block_table = [], []
 
     def check(self, running: Iterable[Request]) -> None:
-        """The ledger is exact: what the running requests still owe, no more, no less."""
+        """The ledger is exact: what the running requests still owe, no more, no less; and a
+        sequence is kept only for a running request (`release` drops it)."""
+        running = list(running)
         owed = sum(self.owed(r.computed, r) for r in running)
         assert self.promised == owed, f"promised KV {self.promised} != {owed}"
+        stray = sorted(set(self._sequences) - {r.id for r in running})
+        assert not stray, f"sequences kept for requests not running: {', '.join(stray)}"
 
 
 def _appended(

@@ -4,6 +4,7 @@ gives what `Request.sequence` gives, however the output changed."""
 
 from __future__ import annotations
 
+import pytest
 from engine_utils import drive, new_engine
 
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
@@ -52,3 +53,10 @@ def test_the_sequence_follows_the_output_however_it_changed() -> None:
         assert writer.sequence(req) == req.sequence
     writer.release(req, running=False)
     assert writer.sequence(req) == req.sequence
+
+
+def test_a_sequence_kept_for_a_request_that_does_not_run_is_an_integrity_error() -> None:
+    engine = new_engine(RUNNER, CFG)
+    engine.scheduler.writer.sequence(Request("gone", (1, 2, 3)))
+    with pytest.raises(AssertionError, match="sequences kept for requests not running: gone"):
+        engine.check_integrity()

@@ -8,13 +8,12 @@ numbers (`EntrySizes`): the cache layer never asks a runner or a cost model.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from numbers import Real
 from typing import Protocol
 
+from radixflow.cache.eviction_checked import CheckedEviction
 from radixflow.cache.node import Node
 from radixflow.plugins import Registry, from_outside
 from radixflow.problems import Problem, ProblemError, built, shown
@@ -76,9 +75,10 @@ class EvictionPolicy(Protocol):
     # request resumes there or computes it. It never decreases.
     clock: float
     # Whether an entry's priority depends on the tree around it (the checkpoint on it or those
-    # above it, the prompts waiting through it): then the cache requeues the entries a change lowers, walks it
-    # spares other policies.
+    # above it, the prompts waiting through it): the cache then requeues the entries a change lowers.
     coupled: bool
+    # Optional (default False): True where the policy reads no node's ``last_used`` but the ranked
+    # node's own; a locked path's stamp may then wait on its deepest node (`Node.path_stamp`).
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
         """Sort key of ``node``'s entry of ``kind``; the smallest is evicted first. Pure.
@@ -105,7 +105,7 @@ class LRU:
     name = "lru"
     clock = 0.0  # never advances: recency is ``last_used`` alone
     coupled = False
-    reads_own_stamp = True  # reads no ``last_used`` but the ranked node's (`Node.path_stamp`)
+    reads_own_stamp = True
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         pass  # sizes play no part in recency
@@ -156,7 +156,7 @@ class CostPerByte:
 
     name = "cost-per-byte"
     coupled = True
-    reads_own_stamp = True  # reads no ``last_used`` but the ranked node's (`Node.path_stamp`)
+    reads_own_stamp = True
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         self.sizes = sizes or EntrySizes()
@@ -249,54 +249,3 @@ def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> Eviction
         ) from None
     made: EvictionPolicy = built("eviction", name, factory, EvictionPolicy, (sizes,), takes="factory(sizes)")
     return CheckedEviction(name, made) if from_outside(type(made)) else made
-
-
-class CheckedEviction:
-    """An eviction policy from outside the package (docs/extending.md) whose keys and clock are
-    checked: a key that is no tuple of numbers (None, NaN: keys a heap cannot order) or a clock
-    that is no number or runs back stops the run with one line naming it and what it answered
-    (a `ProblemError` on ``eviction``), not a traceback from the cache's heap nor a run ranking
-    by keys that mean nothing."""
-
-    def __init__(self, name: str, inner: EvictionPolicy) -> None:
-        self.name = name
-        self.inner = inner
-        self._clock = -math.inf  # the latest clock read: it never decreases
-
-    @property
-    def coupled(self) -> bool:
-        return self.inner.coupled
-
-    @property
-    def clock(self) -> float:
-        got = self.inner.clock
-        why = _no_number(got)
-        if why is None and got < self._clock:  # a node stamped with it would rank below older ones
-            why = f"below {shown(self._clock)}, which it was before (a clock never runs back)"
-        if why is not None:
-            raise ProblemError(Problem("eviction", f"{self._called} clock is {shown(got)}: {why}"))
-        self._clock = got
-        return got
-
-    def priority(self, node: Node, kind: EntryKind) -> Priority:
-        got = self.inner.priority(node, kind)
-        why = "not a tuple of numbers" if not isinstance(got, tuple) else None
-        why = why or next((f"{shown(v)} is {w}" for v in got if (w := _no_number(v))), None)
-        if why is not None:
-            raise ProblemError(Problem("eviction", f"{self._called} priority returned {shown(got)}: {why}"))
-        return got
-
-    def evicted(self, node: Node, kind: EntryKind) -> None:
-        self.inner.evicted(node, kind)
-
-    def computed(self, node: Node, tokens: int) -> None:
-        self.inner.computed(node, tokens)
-
-    @property
-    def _called(self) -> str:
-        return f"{self.name!r} ({type(self.inner).__qualname__})"
-
-
-def _no_number(value: object) -> str | None:
-    """Why ``value`` cannot rank an entry (None: it can); NaN is neither below nor above any. Pure."""
-    return "not a number" if not isinstance(value, Real) or math.isnan(value) else None

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
 from radixflow.ray_start import LOCAL_RAY, unreachable, worker_env
 from radixflow.scheduler.request import Request
+from radixflow.server.app import answer_head_as_get
 from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.serve import Server, serve_state
@@ -41,9 +41,8 @@ APP = "radixflow"
 DEPLOYMENT = "radixflow-engine"
 ROUTER_CLASS = "radixflow.cluster.ray_router:FleetRequestRouter"
 STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and checkpoint digest
-# Serve replaces a replica after three failed health checks in a row: a replica whose engine loop
-# died is out within about 3 s (Serve's default period, 10 s, left it in rotation for 30 s; the
-# routers pass over it as soon as its stats say it is dead)
+# Serve replaces a replica after three failed health checks in a row: one whose engine loop died
+# is out in about 3 s (Serve's default 10 s left it in rotation 30 s; routers skip it sooner)
 HEALTH_CHECK_PERIOD_S = 1.0
 HEALTH_CHECK_TIMEOUT_S = 5.0  # check_health only reads a flag: a replica this slow to answer is stuck
 
@@ -67,7 +66,7 @@ class FleetSpec:
     gpus_per_replica: float = 0.0
 
 
-@contextmanager
+@contextlib.contextmanager
 def ray_serve(spec: FleetSpec) -> Iterator[None]:
     """Ray (a local instance, or the cluster at ``ray_address``) with Serve, no HTTP proxy of its
     own (the ingress is ours); on the way out this fleet's application is deleted (its replicas
@@ -297,7 +296,5 @@ def fleet_server(
         }
         return JSONResponse({"replicas": figures, "retried": loop.retried})
 
-    # HEAD too, as the server's own GET routes answer it (a load balancer's probe), its twin left
-    # out of the schema as theirs are
-    app.add_api_route("/fleet", fleet, methods=["HEAD"], include_in_schema=False)
+    answer_head_as_get(app.router)  # /fleet's HEAD (a load balancer's probe), as the server's
     return server

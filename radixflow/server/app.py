@@ -29,15 +29,15 @@ def create_app(state: ServerState) -> FastAPI:
     install_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
     for module in (completions, chat, score, tokenize):
-        _answer_head_as_get(module.router)
+        answer_head_as_get(module.router)
         app.include_router(module.router)
     _add_model_routes(app, state)
     _add_status_routes(app, state)
-    _answer_head_as_get(app.router)
+    answer_head_as_get(app.router)
     return app
 
 
-def _answer_head_as_get(router: APIRouter) -> None:
+def answer_head_as_get(router: APIRouter) -> None:
     """Each GET route of ``router`` answers HEAD too, as HTTP asks (a load balancer probes
     ``HEAD /health``; FastAPI's GET routes answered it 405): a twin route on the same endpoint,
     left out of the OpenAPI schema (one operation id per function). The server sends the

@@ -209,7 +209,7 @@ _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 def allowed_methods(request: Request) -> str:
     """The methods the routes at ``request``'s path take, as a 405's ``Allow`` lists them.
     Starlette's names only the first route there, and a GET route's HEAD is a route of its own
-    (`app._answer_head_as_get`): its 405 said ``Allow: GET`` of a path that answers HEAD. Each
+    (`app.answer_head_as_get`): its 405 said ``Allow: GET`` of a path that answers HEAD. Each
     method is tried on the app's routes (included routers nest theirs, as FastAPI versions do)."""
     routes = request.app.router.routes
     taken = [

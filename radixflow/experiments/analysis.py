@@ -75,10 +75,10 @@ def comparisons(results: Iterable[CellResult], every_grid: bool = False) -> list
     """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once,
     under the first: `distinct`; ``every_grid``: under each grid that lists it, as each grid's own
     table and line show it); a cell in which some variant completed nothing has nothing to
-    compare (see `failures`)."""
+    compare, and one whose variants completed different requests no like figures (see `failures`)."""
     out = []
     for r in list(results) if every_grid else distinct(results):
-        if completed_nothing_in(r):
+        if not comparable(r):
             continue
         base, *others = r["results"]
         for new in others:
@@ -216,3 +216,16 @@ def other_code(results: Iterable[CellResult], code: str) -> int:
 
 def completed_nothing_in(result: CellResult) -> bool:
     return any(not v["completed"] for v in result["results"])
+
+
+def completed_unlike_in(result: CellResult) -> bool:
+    """Whether a cell's variants completed different requests: one failed a request another
+    completed (its worker call failed, as a GPU out of memory does), so each variant's latencies
+    are over other requests and their changes compare nothing alike."""
+    done = {(v["completed"], frozenset(f["id"] for f in v.get("failures") or [])) for v in result["results"]}
+    return len(done) > 1
+
+
+def comparable(result: CellResult) -> bool:
+    """Whether a cell's variants can be compared: each completed the same requests, some of them."""
+    return not completed_nothing_in(result) and not completed_unlike_in(result)

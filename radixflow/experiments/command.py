@@ -27,7 +27,7 @@ from radixflow.experiments.execute import (
     RayStartError,
     to_run,
 )
-from radixflow.experiments.failures import completed_nothing
+from radixflow.experiments.failures import uncompared
 from radixflow.experiments.plots import PLOTS
 from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, ExperimentOutput, default_out, progress_bar, run_experiment
@@ -245,12 +245,13 @@ def _written_before(path: Path, started: float) -> bool:
 
 
 def _exit_code(results: list[dict[str, object]]) -> int:
-    """1 when no cell has anything to compare (every one has a variant that completed nothing)."""
-    empty = completed_nothing(results)
+    """1 when no cell has anything to compare (in every one a variant completed nothing, or the
+    variants completed different requests: `comparable`)."""
+    empty = uncompared(results)
     if results and empty == len(distinct(results)):
         print(
-            f"radixflow: error: no cell completed a request under every variant ({empty} cells; "
-            "reasons under 'Failed requests' in report.md)",
+            f"radixflow: error: no cell completed the same requests, some of them, under every variant "
+            f"({empty} cells; reasons under 'Failed requests' in report.md)",
             file=sys.stderr,
         )
         return 1

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from radixflow.experiments.analysis import CellResult, completed_nothing_in, distinct
+from radixflow.experiments.analysis import (
+    CellResult,
+    comparable,
+    completed_nothing_in,
+    completed_unlike_in,
+    distinct,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,22 @@ def completed_nothing(results: Iterable[CellResult]) -> int:
     return sum(1 for r in distinct(results) if completed_nothing_in(r))
 
 
+def uncompared(results: Iterable[CellResult]) -> int:
+    """Cells left out of every comparison (`comparable`): nothing completed, or unlike requests."""
+    return sum(1 for r in distinct(results) if not comparable(r))
+
+
+def _left_out(results: list[CellResult]) -> str:
+    """What the section says of the cells left out of the comparisons, one sentence each kind."""
+    cells = len(distinct(results))
+    empty = completed_nothing(results)
+    unlike = sum(1 for r in distinct(results) if not completed_nothing_in(r) and completed_unlike_in(r))
+    notes = [f"{empty} of {cells} cells have a variant that completed no request"] if empty else []
+    if unlike:  # each variant's figures over other requests: a change between them compares nothing
+        notes.append(f"{unlike} of {cells} cells have variants that completed different requests")
+    return "; ".join(notes) + ": they are left out of every comparison above." if notes else ""
+
+
 def failure_section(results: list[CellResult]) -> list[str]:
     """Failed requests per cell and variant, with their first reasons (empty when none failed)."""
     found = failures(results)
@@ -57,13 +79,10 @@ def failure_section(results: list[CellResult]) -> list[str]:
         + " |"
         for f in found
     ]
-    empty = completed_nothing(results)
-    note = f"{empty} of {len(distinct(results))} cells have a variant that completed no request: "
-    note += "they are left out of every comparison above."
     return [
         "## Failed requests",
         "",
-        note if empty else "",
+        _left_out(results),
         "",
         head,
         "| --- | --- | --- | --- | --- |",

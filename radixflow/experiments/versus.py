@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from radixflow.experiments.analysis import completed_nothing_in, distinct
+from radixflow.experiments.analysis import comparable, distinct
 from radixflow.problems import counted
 
 BASELINES = ("native", "radixflow")
@@ -40,11 +40,12 @@ class Versus:
 
 
 def versus(results: list[dict[str, Any]], policy: str) -> list[Versus]:
-    """Every distinct cell that ran both baselines and ``policy`` and completed something."""
+    """Every distinct cell that ran both baselines and ``policy``, each completing the same
+    requests, some of them (`comparable`)."""
     out = []
     for r in distinct(results):
         by = {v["variant"]: v for v in r["results"]}
-        if completed_nothing_in(r) or policy not in by or not all(b in by for b in BASELINES):
+        if not comparable(r) or policy not in by or not all(b in by for b in BASELINES):
             continue
         means = [by[b]["mean_latency_s"] for b in BASELINES]
         p99s = [by[b]["p99_latency_s"] for b in BASELINES]

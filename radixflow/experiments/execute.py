@@ -9,6 +9,7 @@ loses at most the cells in flight and a re-run picks up where it stopped.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,9 +103,21 @@ def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
         return f"{_where(p)}: {e.problem.render(p.cell.loc)}"
     except PluginError as e:  # a module a worker cannot import (not on that node's path): the user's
         return f"{_where(p)}: {e}"
-    except Exception as e:  # a crash (a bug, a GPU out of memory): its traceback names the cell
-        e.add_note(f"in {_where(p)}")
-        raise
+    except Exception as e:
+        if not _out_of_memory(e):
+            e.add_note(f"in {_where(p)}")  # a crash (a bug): its traceback names the cell
+            raise
+        said = str(e).strip()  # torch's runs over lines (its allocator's advice)
+        return f"{_where(p)}: out of memory: {said.splitlines()[0] if said else type(e).__name__}"
+
+
+def _out_of_memory(e: Exception) -> bool:
+    """Whether ``e`` is the machine's memory running out (the host's, or torch's device): a cell
+    failure the checks cannot see, not a bug, so the cells after it still run. Torch is asked only
+    where a cell has imported it (a sim-only run never does)."""
+    torch = sys.modules.get("torch")
+    device = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return isinstance(e, MemoryError) or (isinstance(device, type) and isinstance(e, device))
 
 
 def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult | str]]:

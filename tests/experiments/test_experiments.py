@@ -1166,6 +1166,34 @@ def test_a_cell_that_crashes_names_itself_in_the_traceback(tiny: Path, tmp_path:
     assert getattr(info.value, "__notes__", []) == [f"in cell 'models' (qwen3_5-2b, seed 0, key {key})"]
 
 
+@pytest.mark.parametrize("torch_error", [False, True])
+def test_a_cell_out_of_memory_fails_alone_and_the_cells_after_it_run_and_cached(
+    tiny: Path, tmp_path: Path, monkeypatch, torch_error: bool
+):
+    # an out of memory (a GPU's in one cell's forward pass) is what CellError names as a reason
+    # the checks cannot see, yet it was a crash: it stopped a serial run at once, the cells after
+    # it never ran, and since it came first again on every re-run, they never could
+    from radixflow.experiments import execute as ex
+
+    error = pytest.importorskip("torch").OutOfMemoryError if torch_error else MemoryError
+    config = load_config(tiny)  # six cells; the second runs out of memory
+    short = config.cells[1].key(config.variants)
+    run_cell = ex.run_cell
+
+    def one_short(cell, variants):
+        if cell.key(variants) == short:
+            raise error("CUDA out of memory. Tried to allocate 2.00 GiB\n(more lines)")
+        return run_cell(cell, variants)
+
+    monkeypatch.setattr(ex, "run_cell", one_short)
+    with pytest.raises(ex.CellError) as info:
+        ex.execute(config, tmp_path / "out", ExecutionOptions())
+    line = str(info.value)
+    assert "\n" not in line and f"key {short}): out of memory: CUDA out of memory. Tried" in line, line
+    cached = {p.stem for p in (tmp_path / "out" / "cells").glob("*.json")}
+    assert cached == {c.key(config.variants) for c in config.cells} - {short}
+
+
 def test_a_cell_that_fails_as_it_runs_leaves_the_cells_after_it_run_and_cached(
     tiny: Path, tmp_path: Path, monkeypatch
 ):

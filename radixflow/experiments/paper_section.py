@@ -74,6 +74,13 @@ def _count(values: list[float | None]) -> tuple[int, int, int]:
     return sum(x < -CHANGED for x in xs), sum(x > CHANGED for x in xs), sum(abs(x) <= CHANGED for x in xs)
 
 
+def _ranged(s: Span | None) -> str:
+    """A median over cells with the range it is the median of (one cell: its change alone)."""
+    if s is None:
+        return "–"
+    return pct(s.median) if s.n == 1 else f"{pct(s.median)} (from {pct(s.low)} to {pct(s.high)})"
+
+
 def reading(results: list[CellResult], comps: list[Comparison], variant: str) -> list[str]:
     """A paragraph per finding, every number taken from the comparisons."""
     mine = [c for c in comps if c.variant == variant]
@@ -97,8 +104,7 @@ def reading(results: list[CellResult], comps: list[Comparison], variant: str) ->
         r, m = span(c.change["rounds"] for c in control), span(c.change["mean_latency_s"] for c in control)
         out.append(
             f"On the full-attention control ({counted(len(control), 'cell')}) nothing is ever blocked: "
-            "rounds change "
-            f"by a median {pct(r.median)} and mean latency by {pct(m.median) if m else '–'}."
+            f"rounds change by a median {_ranged(r)} and mean latency by a median {_ranged(m)}."
         )
     torch_cells = [c for c in mine if c.runner == "torch"]
     if torch_cells:
@@ -107,13 +113,13 @@ def reading(results: list[CellResult], comps: list[Comparison], variant: str) ->
         r = span(c.change["rounds"] for c in torch_cells if c.hybrid)
         w = span(c.change["worker_call_s"] for c in torch_cells)
         lowest = f"{min(agree):.3f}" if agree else "–"
-        rounds_text = f"rounds {pct(r.median)} (median over hybrid models)" if r else "no hybrid model"
+        rounds_text = f"rounds by a median {_ranged(r)} over its hybrid cells" if r else "no hybrid model"
         devices = ", ".join(sorted({str(c.settings.get("device")) for c in torch_cells}))
         text = (
             f"On the torch runner ({counted(len(torch_cells), 'cell')}, real forward passes on {devices}) "
             "decoded "
             f"outputs agree with a no-cache run at {lowest} at worst for every variant; {rounds_text}, "
-            f"measured worker-call time {pct(w.median) if w else '–'}."
+            f"measured worker-call time by a median {_ranged(w)}."
         )
         if w is not None and abs(w.median) < 0.05 and r is not None and r.median < -CHANGED:
             text += " Fewer rounds saved little worker time: here a round costs in proportion to its tokens."

@@ -9,7 +9,7 @@ import pytest
 from radixflow.experiments.analysis import Span, comparisons, distinct
 from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import ExecutionOptions, execute
-from radixflow.experiments.paper_section import _paper_position
+from radixflow.experiments.paper_section import _paper_position, reading
 from radixflow.experiments.report import render_report
 
 
@@ -105,3 +105,25 @@ def test_a_share_of_no_independent_requests_is_the_cell_without_them():
         {"key": "d", "cell": {**base, "group": "count", "workload": {**workload, "independent": 2}}},
     ]
     assert [r["key"] for r in distinct(results)] == ["a", "c"]  # 0.25 of 6 + 2 more: 2
+
+
+def _two_variants(seed: int, runner: str, hybrid: bool, rounds: int, worker_s: float) -> dict:
+    """A cell result of native and radixflow: ``rounds`` and ``worker_s`` radixflow's (native: 10, 1.0 s)."""
+    workload = {"order": "grouped", "arrival": "batch", "groups": 2, "seed": seed}
+    figures = {"completed": 4, "failures": [], "mean_latency_s": 1.0, "p99_latency_s": 1.0, "reuse_rate": 0.5}
+    base = {"variant": "native", **figures, "rounds": 10, "worker_call_s": 1.0, "agreement": 1.0}
+    new = {"variant": "radixflow", **figures, "rounds": rounds, "worker_call_s": worker_s, "agreement": 1.0}
+    cell = {"group": "g", "runner": runner, "model": "m", "device": "cpu", "workload": workload}
+    return {"key": f"{runner}{seed}", "cell": cell, "model": "m", "hybrid": hybrid, "results": [base, new]}
+
+
+@pytest.mark.parametrize("runner", ["sim", "torch"])
+def test_every_median_the_reading_gives_has_its_range_beside_it(runner: str):
+    # the control's and the torch runner's paragraphs gave a median over cells alone: -20% read
+    # the same over cells of -19% and -21% as over cells of -10% and -30%
+    hybrid = runner == "torch"
+    results = [_two_variants(0, runner, hybrid, 9, 0.9), _two_variants(1, runner, hybrid, 7, 0.7)]
+    text = " ".join(reading(results, comparisons(results), "radixflow"))
+    assert "-20.0% (from -30.0% to -10.0%)" in text, text
+    if runner == "torch":  # its worker-call time too
+        assert "worker-call time by a median -20.0% (from -30.0% to -10.0%)." in text, text

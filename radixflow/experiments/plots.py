@@ -36,7 +36,8 @@ def _title(r: CellResult) -> str:
 
 
 def latency_cdf(results: list[CellResult], path: Path) -> bool:
-    """One panel per cell (first cell of each model when there are many): latency CDF per variant."""
+    """One panel per cell (first cell of each model when there are many): latency CDF per variant,
+    of every request it ran (a variant whose requests failed stays below 1)."""
     cells = list({r["model"]: r for r in reversed(results)}.values())[::-1][:MAX_PANELS]
     if not cells:
         return False
@@ -45,9 +46,12 @@ def latency_cdf(results: list[CellResult], path: Path) -> bool:
     rows = -(-len(cells) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, r in zip(axes.flat, cells, strict=False):
+        run = _requests_run(r)
         for v in r["results"]:
-            xs = v["latencies_s"]
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=v["variant"])
+            xs = v["latencies_s"]  # the completed requests' of every run: a failed one never gets there
+            ax.step(
+                xs, [(i + 1) / (run or len(xs)) for i in range(len(xs))], where="post", label=v["variant"]
+            )
         ax.set_title(_title(r), fontsize=8)
         ax.set_xlabel("latency (s)")
         ax.set_ylabel("fraction of requests")
@@ -58,6 +62,14 @@ def latency_cdf(results: list[CellResult], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _requests_run(result: CellResult) -> int | None:
+    """Requests each variant of a cell ran over its runs (a fleet runs once, `ineffective`), whose
+    latencies it lists; None where the result does not say how many requests it ran."""
+    cell = result["cell"]
+    runs = 1 if cell.get("replicas", 1) > 1 else cell.get("repetitions", 1)
+    return runs * result["requests"] if isinstance(result.get("requests"), int) else None
 
 
 def rounds_bars(results: list[CellResult], path: Path) -> bool:

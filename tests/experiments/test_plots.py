@@ -115,3 +115,32 @@ def test_the_load_plots_legend_of_many_settings_sits_beside_the_axes_whole(tmp_p
     assert legends and len(legends[0].get_texts()) == 72
     box, panel = legends[0].get_window_extent(), goodput.get_window_extent()
     assert box.x0 >= panel.x1  # beside the panel, not over it
+
+
+@pytest.mark.parametrize(
+    ("settings", "runs"), [({}, 1), ({"repetitions": 3}, 3), ({"repetitions": 3, "replicas": 2}, 1)]
+)
+def test_a_latency_cdf_is_of_every_request_run_not_of_those_that_completed(
+    tmp_path: Path, monkeypatch, settings: dict, runs: int
+):
+    # a variant that failed half its requests drew a CDF reaching 1 as a whole run's does: the
+    # fraction was of the completed requests, so the failed ones vanished from the plot
+    from matplotlib.axes import Axes
+
+    from radixflow.experiments.plots import latency_cdf
+
+    drawn: dict[str, list[float]] = {}
+    step = Axes.step
+
+    def recording(self, xs, ys, *args, **kwargs):
+        drawn[kwargs["label"]] = list(ys)
+        return step(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "step", recording)
+    every = {"variant": "native", "latencies_s": [0.1, 0.2, 0.3, 0.4] * runs}
+    half = {"variant": "radixflow", "latencies_s": [0.1, 0.2] * runs}  # two of four failed in each run
+    workload = {"order": "grouped", "arrival": "batch"}
+    cell = {"runner": "torch", "workload": workload, **settings}
+    result = {"model": "m", "requests": 4, "cell": cell, "results": [every, half]}
+    assert latency_cdf([result], tmp_path / "cdf.png")
+    assert drawn["native"][-1] == 1.0 and drawn["radixflow"][-1] == 0.5

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.table import Table
 from rich.text import Text
 
-from radixflow.calibration.fit import FitError, ModelError
+from radixflow.calibration.fit import FitError, ModelError, flat_fits
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profile_checks import ProfileError
@@ -248,6 +248,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except OSError as e:  # a disk that filled while timing: one line, as bench says it
         raise CalibrationUsageError(f"cannot write --out {out}: {e.strerror or e}") from None
     _store_own_fits(own_fits, plan, console, (profile.calibration or {}).get("runners", {}))
+    timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
+    for line in flat_fits(profile, timed, shapes):  # a held-out error of 0% says nothing there
+        warn(line)
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)
     verdict = "within" if worst <= ACCEPTABLE else "OVER"

@@ -159,3 +159,34 @@ def score(
             )
         )
     return out
+
+
+FLAT = 0.01  # a largest fit round priced within this share of the smallest: a token priced at nothing
+
+
+def flat_fits(
+    profile: HardwareProfile, batches: list[TimedBatch], shapes: dict[str, ModelShape]
+) -> list[str]:
+    """One line per model whose fit rounds ``profile`` prices all but alike (the largest within
+    `FLAT` of the smallest): their times did not grow with their size (a clock that missed the
+    work, a device whose calls are all launch), so the profile prices a token at all but nothing,
+    and its held-out error, of rounds timed alike too, cannot show it."""
+    out = []
+    for model in sorted(shapes):
+        fit = [b for b in batches if b.model == model and b.split == "fit"]
+        if not fit:
+            continue
+        cost = CostModel(shapes[model], profile)
+        small, large = min(fit, key=_tokens), max(fit, key=_tokens)
+        low, high = cost.round_seconds(small.chunks), cost.round_seconds(large.chunks)
+        if high <= low * (1 + FLAT):
+            out.append(
+                f"{model}: the fitted profile prices a round of {_tokens(large)} tokens within {FLAT:.0%} of "
+                f"one of {_tokens(small)} ({high * 1e3:.3g} ms against {low * 1e3:.3g} ms): the timed rounds "
+                "did not grow with their size, so a token is priced at all but nothing"
+            )
+    return out
+
+
+def _tokens(batch: TimedBatch) -> int:
+    return sum(c.length for c in batch.chunks)

@@ -582,3 +582,34 @@ def test_a_probe_shape_timed_at_zero_is_left_out_not_a_crash(zero):
     assert probe.speed() == pytest.approx(3.0)
     times[zero] = [[0.0, 0.0]]
     assert SpeedProbe(None, [0, 1], None, **times).speed() is None
+
+
+def test_rounds_timed_alike_whatever_their_size_are_warned_of(zoo, tmp_path, capsys, monkeypatch):
+    """Rounds of 16 and of 2048 tokens all timed at 10 ms (a clock that missed the work): the fit
+    priced a token at all but nothing (a matmul rate of 1e18 FLOP/s), its held-out error was 0%,
+    and calibrate said the profile was "within the 15% target" without a word of it."""
+    pytest.importorskip("torch")
+    from radixflow.calibration import run
+    from radixflow.cli import main
+
+    def flat_clock(model, device, batches, *args, **kwargs):
+        return [TimedBatch(model, b.split, b.chunks, 0.01, (0.01,)) for b in batches]
+
+    monkeypatch.setattr(run, "time_batches", flat_clock)
+    monkeypatch.setattr("radixflow.calibration.command._store_own_fits", lambda *args: None)
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "--model", "lfm2-tiny", "--repeats", "1", "--held-out", "1", "--out", str(out)]
+    assert main(argv) == 0 and out.exists()
+    err = capsys.readouterr().err
+    assert "radixflow: warning: lfm2-tiny: the fitted profile prices a round of " in err, err
+    assert "did not grow with their size" in err, err
+
+
+def test_rounds_that_grow_with_their_size_are_not_warned_of():
+    from radixflow.calibration.fit import flat_fits
+
+    shape = SIM_MODELS["qwen3_5-2b"]
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, kind_scale={"gdn": 2.0}, weight_bytes=4)
+    batches = _timed(shape, truth, fit_design(1024, 16, True) + held_out_design(4, 1024, 16, True))
+    fitted = fit_profile("f", batches, {shape.name: shape}, 4, "cpu")
+    assert flat_fits(fitted, batches, {shape.name: shape}) == []

@@ -107,7 +107,12 @@ def _opening(meta: dict[str, Any], results: list[CellResult], variants: list[str
 
 
 def _comparison(results: list[CellResult], comps: list[Comparison], variants: list[str]) -> list[str]:
-    """The last variant against the first: against the paper, the reading, the regimes."""
+    """The last variant against the first: against the paper, the reading, the regimes (none
+    where no cell can be compared: `analysis.comparable`)."""
+    if not comps:  # the paper's row alone and an empty reading read as figures lost
+        why = "No cell completed the same requests under every variant: nothing to compare"
+        why += " (see 'Failed requests')."
+        return ["## Against the paper", "", why, ""]
     headline = variants[-1]
     lines = [
         f"## Against the paper (`{headline}` vs `{variants[0]}`; median and range over cells)",

@@ -44,3 +44,14 @@ def test_a_run_none_of_whose_cells_compares_alike_requests_exits_1(capsys):
     assert _exit_code([_cell(1, ((), (), ("r2",)))]) == 1
     assert "no cell completed the same requests" in capsys.readouterr().err
     assert _exit_code([_cell(0, (("r1",), ("r1",), ("r1",)))]) == 0
+
+
+def test_a_report_with_no_cell_to_compare_says_so_in_place_of_the_figures():
+    # every cell left out: the paper table was its header and the paper's row, the reading empty
+    from radixflow.experiments.report import render_report
+
+    meta = {"name": "t", "description": "", "cells_wall_s": 0.0, "command": "c", "code": "x"}
+    report = render_report(meta, [_cell(1, ((), (), ("r2",)))], [])
+    assert "| **paper** |" not in report and "## Reading" not in report, report
+    assert "No cell completed the same requests under every variant: nothing to compare" in report, report
+    assert "## Failed requests" in report

@@ -88,15 +88,30 @@ def rounds_bars(results: list[CellResult], path: Path) -> bool:
             label=name,
         )
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))])
-    ax.set_xticklabels(
-        [f"{r['model']}\n{r['cell']['workload']['order']}" for r in cells], fontsize=6, rotation=60
-    )
+    ax.set_xticklabels(_bar_labels(cells), fontsize=6, rotation=60)
+    if len(cells) < len(results):  # a grid larger than the plot: said, not cut without a word
+        ax.set_title(f"the first {len(cells)} of {len(results)} cells", fontsize=8)
     ax.set_ylabel("worker rounds")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _bar_labels(cells: list[CellResult]) -> list[str]:
+    """Each bar's cell: its model and queue order, and its value of every other setting the cells
+    shown differ in (a load, a seed), so no two bars of unlike cells read alike."""
+    settings = [flat_settings(r["cell"]) for r in cells]
+    keys = [k for k in varying_keys(settings) if k not in ("model", "workload.order")]
+    return [
+        "\n".join([r["model"], str(s.get("workload.order")), *([_setting_values(s, keys)] if keys else [])])
+        for r, s in zip(cells, settings, strict=True)
+    ]
+
+
+def _setting_values(settings: dict[str, Any], keys: list[str]) -> str:
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={settings.get(k)}" for k in keys)
 
 
 def median_defined(values: list[float | None]) -> float:

@@ -144,3 +144,31 @@ def test_a_latency_cdf_is_of_every_request_run_not_of_those_that_completed(
     result = {"model": "m", "requests": 4, "cell": cell, "results": [every, half]}
     assert latency_cdf([result], tmp_path / "cdf.png")
     assert drawn["native"][-1] == 1.0 and drawn["radixflow"][-1] == 0.5
+
+
+def test_the_rounds_bars_are_labelled_by_every_setting_their_cells_differ_in(tmp_path: Path, monkeypatch):
+    # two cells apart only in their load and seed were two bars labelled "m grouped" alike: which
+    # bar was which load could not be told; and a grid larger than the plot was cut without a word
+    from matplotlib.axes import Axes
+
+    from radixflow.experiments.plots import MAX_PANELS, rounds_bars
+
+    labels: list[str] = []
+    titles: list[str] = []
+    ticks, title = Axes.set_xticklabels, Axes.set_title
+    monkeypatch.setattr(
+        Axes, "set_xticklabels", lambda self, xs, **kw: labels.extend(xs) or ticks(self, xs, **kw)
+    )
+    monkeypatch.setattr(
+        Axes, "set_title", lambda self, text, **kw: titles.append(text) or title(self, text, **kw)
+    )
+
+    def cell(rate: float, seed: int) -> dict:
+        workload = {"order": "grouped", "arrival": "poisson", "rate": rate, "seed": seed}
+        runs = [{"variant": "native", "rounds": 5}, {"variant": "radixflow", "rounds": 4}]
+        return {"model": "m", "cell": {"group": "g", "runner": "sim", "workload": workload}, "results": runs}
+
+    cells = [cell(rate, seed) for rate in (10.0, 20.0) for seed in range(2 * MAX_PANELS)]
+    assert rounds_bars(cells, tmp_path / "rounds.png")
+    assert labels[0] == "m\ngrouped\nrate=10.0 seed=0" and labels[-1].endswith("rate=20.0 seed=11"), labels
+    assert titles == [f"the first {3 * MAX_PANELS} of {len(cells)} cells"], titles

@@ -31,8 +31,10 @@ def _pyplot() -> Any:
 
 
 def _title(r: CellResult) -> str:
+    """A cell's panel: its model, runner, queue order and arrivals, at the load they came at."""
     w = r["cell"]["workload"]
-    return f"{r['model']} ({r['cell']['runner']}) {w['order']}/{w['arrival']}"
+    load = "" if w["arrival"] == "batch" else f" {w['rate']:g} req/s"  # batch: all at t=0, no rate
+    return f"{r['model']} ({r['cell']['runner']}) {w['order']}/{w['arrival']}{load}"
 
 
 def latency_cdf(results: list[CellResult], path: Path) -> bool:

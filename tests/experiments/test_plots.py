@@ -172,3 +172,30 @@ def test_the_rounds_bars_are_labelled_by_every_setting_their_cells_differ_in(tmp
     assert rounds_bars(cells, tmp_path / "rounds.png")
     assert labels[0] == "m\ngrouped\nrate=10.0 seed=0" and labels[-1].endswith("rate=20.0 seed=11"), labels
     assert titles == [f"the first {3 * MAX_PANELS} of {len(cells)} cells"], titles
+
+
+def test_a_latency_cdf_panel_names_the_load_its_requests_arrived_at(tmp_path: Path, monkeypatch):
+    # a Poisson cell's panel said "poisson" alone: at which offered load its latencies were
+    # measured (what they depend on most) was not on the plot
+    from matplotlib.axes import Axes
+
+    from radixflow.experiments.plots import latency_cdf
+
+    titles: list[str] = []
+    title = Axes.set_title
+    monkeypatch.setattr(
+        Axes, "set_title", lambda self, text, **kw: titles.append(text) or title(self, text, **kw)
+    )
+    runs = [{"variant": "native", "latencies_s": [0.1]}, {"variant": "radixflow", "latencies_s": [0.1]}]
+
+    def cell(model: str, arrival: str) -> dict:
+        workload = {"order": "grouped", "arrival": arrival, "rate": 50.0, "seed": 0}
+        return {
+            "model": model,
+            "requests": 1,
+            "cell": {"runner": "sim", "workload": workload},
+            "results": runs,
+        }
+
+    assert latency_cdf([cell("m", "poisson"), cell("n", "batch")], tmp_path / "cdf.png")
+    assert titles == ["m (sim) grouped/poisson 50 req/s", "n (sim) grouped/batch"], titles

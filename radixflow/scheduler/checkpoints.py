@@ -53,6 +53,11 @@ class CheckpointPlanner:
             shared=lambda: self.cache.sharing(reg).tokens,
         )
         wanted = self.placement.positions(ctx)
+        if wanted and self.cache.free_slots < len(wanted) + held:
+            # short of slots: a save where a checkpoint is cached already takes none (`extend`
+            # keeps that one), so it must not count, nor evict another (a copy resuming below the
+            # end of a block-aligned prompt recomputes up to the end checkpoint cached for it)
+            wanted = [p for p in wanted if p not in self._cached(req, wanted)]
         if not wanted or self.cache.free_slots >= len(wanted) + held:
             return wanted
         resumed = req.reused if req.computed else start  # a first chunk starts where it resumed
@@ -66,6 +71,12 @@ class CheckpointPlanner:
             )
         )
         return self._fit(wanted, keen, held)
+
+    def _cached(self, req: Request, wanted: list[int]) -> set[int]:
+        """The positions of ``wanted`` that hold a checkpoint (of any readiness) on ``req``'s
+        prompt already. Pure: a walk per position, only while slots are short."""
+        match = self.cache.match
+        return {p for p in wanted if match(req.namespace, req.prompt, p, touch=False).checkpoint_tokens == p}
 
     def _fit(self, wanted: list[int], keen: list[int], held: int) -> list[int]:
         """``keen`` positions in evictable slots, then the rest of ``wanted`` in free ones,

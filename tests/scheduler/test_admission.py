@@ -93,3 +93,25 @@ def test_admission_all_is_what_the_planner_did_before():
     cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=2)
     eng = engine_over(HYBRID, cfg, policy="radixflow", placement="branch")
     assert isinstance(eng.scheduler.checkpoints.admission, AdmitAll)
+
+
+@pytest.mark.parametrize("admission", ["all", "likely"])
+def test_a_save_where_a_checkpoint_is_already_cached_evicts_nothing(admission):
+    """Three state slots: a one-off prompt's tail checkpoint (16), then two copies of a
+    block-aligned prompt; the first saves where the copy resumes (56) and its end (64), filling
+    the slots. The copy computes (56, 64], whose save at 64 is already cached and takes no slot:
+    the planner counted it as one all the same and evicted the one-off's checkpoint for it, so the
+    one-off prompt sent again computed everything."""
+    cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=3)
+    eng = engine(admission, cfg)
+    once = tuple(range(5000, 5020))
+    copies = [Request(f"c{i}", CTX, arrival_s=1.0) for i in range(2)]
+    reqs = [Request("once", once), *copies, Request("again", once, arrival_s=2.0)]
+    for r in reqs:
+        eng.submit(r)
+    while eng.has_work():
+        eng.step()
+        eng.check_integrity()
+    assert [r.reused for r in reqs] == [0, 0, 56, 16]
+    assert eng.cache.evictions() == {"kv": 0, "checkpoint": 0}
+    assert all(r.output[0] == sim_token(r.namespace, r.prompt, HYBRID.model.vocab_size) for r in reqs)

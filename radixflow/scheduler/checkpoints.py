@@ -57,7 +57,7 @@ class CheckpointPlanner:
             # short of slots: a save where a checkpoint is cached already takes none (`extend`
             # keeps that one), so it must not count, nor evict another (a copy resuming below the
             # end of a block-aligned prompt recomputes up to the end checkpoint cached for it)
-            wanted = [p for p in wanted if p not in self._cached(req, wanted)]
+            wanted = [p for p in wanted if p not in self._cached(req.namespace, req.prompt, wanted)]
         if not wanted or self.cache.free_slots >= len(wanted) + held:
             return wanted
         resumed = req.reused if req.computed else start  # a first chunk starts where it resumed
@@ -72,11 +72,11 @@ class CheckpointPlanner:
         )
         return self._fit(wanted, keen, held)
 
-    def _cached(self, req: Request, wanted: list[int]) -> set[int]:
-        """The positions of ``wanted`` that hold a checkpoint (of any readiness) on ``req``'s
-        prompt already. Pure: a walk per position, only while slots are short."""
+    def _cached(self, namespace: str, tokens: tuple[int, ...], positions: list[int]) -> set[int]:
+        """The ``positions`` that hold a checkpoint (of any readiness) on ``tokens``' path
+        already. Pure: a walk per position, only while slots are short."""
         match = self.cache.match
-        return {p for p in wanted if match(req.namespace, req.prompt, p, touch=False).checkpoint_tokens == p}
+        return {p for p in positions if match(namespace, tokens, p, touch=False).checkpoint_tokens == p}
 
     def _fit(self, wanted: list[int], keen: list[int], held: int) -> list[int]:
         """``keen`` positions in evictable slots, then the rest of ``wanted`` in free ones,
@@ -108,8 +108,11 @@ class CheckpointPlanner:
 
     def _tail_slot_free(self, req: Request, end: int) -> bool:
         """Whether a slot is free for ``req``'s rolling tail save at ``end``, evicting a READY
-        checkpoint for it only where admission deems that save worth it."""
+        checkpoint for it only where admission deems that save worth it and none is kept at
+        ``end`` already."""
         if self.cache.free_slots:
             return True
+        if self._cached(req.namespace, req.sequence, [end]):
+            return False  # kept there already: the slot would be freed as the request ends
         ctx = AdmissionContext([end], lambda: [], lambda: None, end, req.reused)
         return bool(self.admission.may_evict(ctx)) and self.cache.free_slots_upto(1) > 0

@@ -11,6 +11,7 @@ from radixflow.options import EngineOptions, build
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS, AdmissionContext, AdmitAll, AdmitLikely, make_admission
+from radixflow.scheduler.sampling import SamplingParams
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 
@@ -115,3 +116,24 @@ def test_a_save_where_a_checkpoint_is_already_cached_evicts_nothing(admission):
     assert [r.reused for r in reqs] == [0, 0, 56, 16]
     assert eng.cache.evictions() == {"kv": 0, "checkpoint": 0}
     assert all(r.output[0] == sim_token(r.namespace, r.prompt, HYBRID.model.vocab_size) for r in reqs)
+
+
+@pytest.mark.parametrize("admission", ["all", "likely"])
+def test_a_decoded_tail_already_cached_evicts_nothing(admission):
+    """Four state slots: a one-off prompt's checkpoint, then a generation whose decoded tail is
+    kept at 24, then the same generation again (a retry) beside it: its working slot fills the
+    slots. Its rolling tail save at 24 is cached already (the slot would be freed as it ends), yet
+    it evicted the one-off's checkpoint for it, so the one-off prompt sent again computed all."""
+    cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=4)
+    eng = engine(admission, cfg)
+    once, turn, five = tuple(range(5000, 5020)), tuple(range(1000, 1020)), SamplingParams(max_tokens=5)
+    reqs = [Request("once", once), Request("first", turn, arrival_s=1.0, sampling=five)]
+    reqs += [Request("retry", turn, arrival_s=2.0, sampling=five), Request("again", once, arrival_s=3.0)]
+    for r in reqs:
+        eng.submit(r)
+    while eng.has_work():
+        eng.step()
+        eng.check_integrity()
+    assert [r.reused for r in reqs] == [0, 0, 16, 16]
+    assert eng.cache.evictions() == {"kv": 0, "checkpoint": 0}
+    assert reqs[1].output == reqs[2].output

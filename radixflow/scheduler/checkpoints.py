@@ -91,14 +91,17 @@ class CheckpointPlanner:
 
     def own_snapshots(self, req: Request, end: int) -> list[SnapshotSpec]:
         """The request's own state saves at ``end``: its working slot while it goes on, and the
-        rolling tail slot of a decode step on a block boundary (may allocate the tail slot)."""
+        rolling tail slot of a decode step on a block boundary, on a model with recurrent state (may
+        allocate the tail slot)."""
         snaps = []
         goes_on = end < len(req.prompt) or len(req.output) + 1 < req.sampling.max_tokens
         if req.working_slot is not None and goes_on:
             snaps.append(SnapshotSpec(end, req.working_slot, own=True))
-        if req.prefilled and end % self.config.block_size == 0:
+        if self.config.has_recurrent and req.prefilled and end % self.config.block_size == 0:
             # Decoding past a block boundary: keep that state, so the finished conversation ends in
             # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).
+            # A full-attention model has none: KV alone resumes there, and a slot would only take
+            # bytes of the budget, pinned under the next turn's lock.
             if req.tail_slot is None and self._tail_slot_free(req, end):
                 req.tail_slot = self.cache.alloc_working_slot()
             if req.tail_slot is not None:

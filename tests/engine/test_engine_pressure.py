@@ -175,3 +175,25 @@ def test_copies_of_a_prompt_resume_from_its_end_beside_a_namespace_history():
     reqs = [Request(f"c{i}", prompt, arrival_s=engine.now, sampling=three) for i in range(3)]
     drive(engine, reqs)
     assert [r.reused for r in reqs] == [0, 40, 40]
+
+
+def test_a_full_attention_model_keeps_no_decoded_tail_that_could_pin_its_budget():
+    # A model without recurrent layers built by hand with state slots: a generation decoding past
+    # a block boundary kept its rolling tail save as a checkpoint (a slot's bytes charged to the
+    # budget, serving nothing: KV alone resumes there). The next turn, exactly the budget, locks
+    # its reuse path, which pins that checkpoint: it could never be admitted, and with nothing
+    # running the engine stopped ("scheduler bug: ... stop reason memory").
+    runner = CheckingRunner(False, 3)
+    runner.model = replace(runner.model, kv_bytes_per_token=1, checkpoint_bytes=3)
+    slots, budget = {"num_state_slots": 1, "cache_memory": 12}, {"token_budget": 12, "max_requests": 4}
+    cfg = SchedulerConfig(**budget, block_size=3, num_blocks=5, **slots)
+    engine = new_engine(runner, cfg, policy="radixflow")
+    first = Request("first", tuple(range(100, 105)), sampling=SamplingParams(max_tokens=2))
+    drive(engine, [first])
+    assert engine.cache.usage().checkpoint_slots == 0
+    turn = first.prompt + (first.output[0], 7, 8)  # 8 tokens + 3 generated: 4 blocks, the budget
+    nxt = Request("next", turn, arrival_s=engine.now, sampling=SamplingParams(max_tokens=4))
+    drive(engine, [nxt])
+    assert nxt.status is RequestStatus.FINISHED and nxt.reused == 6
+    prefixes = [turn + tuple(nxt.output[:i]) for i in range(4)]
+    assert nxt.output == [sim_token("default", p, VOCAB) for p in prefixes]

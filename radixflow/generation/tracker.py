@@ -32,6 +32,7 @@ class RequestTracker:
         self._ends: list[int] = []  # end offset in ``text`` of each generated token's text
         self._recent = ""  # the text's last characters, as many as the longest stop string has
         self._flushed = False
+        self._kept: int | None = None  # end of the text kept before a left-out stop token's
         self.cut: int | None = None  # where the stop string starts in ``text``
         self.stop_string: str | None = None
         self._sent_tokens = 0  # what `delta` has handed out
@@ -59,7 +60,14 @@ class RequestTracker:
         req, new_from, before = self.request, self._length(), self._recent
         added = []
         while len(self._ends) < len(req.output):
-            added.append(self._append(self._detok.push(req.output[len(self._ends)])))
+            held = ""
+            if self._before_hidden_stop_token():
+                # the text held back (an unfinished character) is the kept tokens', not the
+                # left-out stop token's that would complete or carry it: it starts the stop
+                # token's text (the tokens before may be streamed already), and is kept
+                held = self._detok.flush()
+                self._kept = self._length() + len(held)
+            added.append(self._append(held + self._detok.push(req.output[len(self._ends)])))
         if req.status.done and not self._flushed and self._ends:
             self._flushed = True
             added.append(self._append(self._detok.flush(), onto_last=True))
@@ -79,6 +87,13 @@ class RequestTracker:
             return False
         self.cut, self.stop_string = base + hit.at, hit.stop
         return True
+
+    def _before_hidden_stop_token(self) -> bool:
+        """The next token to read is the stop token or EOS that ended the request, its text left
+        out (`_stop_token_start`), and tokens come before it."""
+        req = self.request
+        hidden = req.stopped_by_token and not getattr(req.sampling, "include_stop_str_in_output", False)
+        return hidden and req.status.done and 0 < len(self._ends) == len(req.output) - 1
 
     def _stops_from(self) -> int | None:
         """Where in ``text`` a stop string must end past (None: nowhere yet): past the text of the
@@ -181,6 +196,8 @@ class RequestTracker:
             return self._length()
         if len(self._ends) != len(req.output):
             return self._length()
+        if self._kept is not None:
+            return self._kept
         return self._ends[-2] if len(self._ends) > 1 else 0
 
     def _texts(self, start: int, end: int, limit: int) -> list[str]:

@@ -377,3 +377,37 @@ def test_a_stop_string_in_the_text_held_back_to_the_end_is_found():
         assert not tracker.advance()
     req.status = RequestStatus.FINISHED
     assert tracker.advance() and tracker.cut == 1 and tracker.output().text == "a"
+
+
+class _ByteIds:
+    """A decoder whose token ids are bytes: any cut may split a character."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_each(self, ids, skip_special_tokens=False):
+        return [self.decode([i]) for i in ids]
+
+
+@pytest.mark.parametrize("include", [False, True])
+@pytest.mark.parametrize("ids", [b"a\xf0\x9fx", b"\xf0\x9f\x99x", b"\xe4\xb8"])
+def test_a_character_left_unfinished_before_a_stop_token_keeps_its_text(ids, include):
+    # the detokenizer held back the unfinished character's bytes until a later token; the stop
+    # token's text took them with it, and a stop token's text is left out: the text lost the
+    # character the tokens before the stop token decode to (the text of a request ended by length
+    # keeps it, as U+FFFD). The text is now that of the tokens it keeps, streamed or not
+    from radixflow.scheduler.request import RequestStatus
+
+    params = SamplingParams(max_tokens=8, stop_token_ids=(ids[-1],), include_stop_str_in_output=include)
+    req = Request("r", PROMPT, sampling=params)
+    tracker, shown = RequestTracker(req, _ByteIds()), ""
+    for i, t in enumerate(ids):
+        req.output.append(t)
+        if i == len(ids) - 1:
+            req.status, req.stopped_by_token = RequestStatus.FINISHED, True
+        assert not tracker.advance()
+        delta = tracker.delta()
+        shown += delta.text if delta is not None else ""
+    out = tracker.output()
+    kept = ids if include else ids[:-1]
+    assert out.text == _ByteIds().decode(kept) == shown and out.stop_token == ids[-1]

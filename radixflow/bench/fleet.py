@@ -150,10 +150,13 @@ def _route(run: FleetRun, req: Request, router: Router, now: float) -> SimReplic
         return None
     states = [r.state(now, router.uses_digests) for r in live]
     run.samples.append(QueueSample(now, tuple(s.queue for s in states), tuple(s.name for s in states)))
-    decision = router.choose(RouteRequest(req.namespace, req.prompt), states)
+    route = RouteRequest(req.namespace, req.prompt)
+    decision = router.choose(route, states)
     target = next(r for r in live if r.name == decision.replica)
     target.routed.append(decision)
     target.submit(req)
+    if req.status is RequestStatus.FAILED:  # refused at submit (a 400 on Ray): it cached nothing
+        router.retract(route, decision.replica)
     return target
 
 

@@ -308,3 +308,15 @@ def test_two_requests_with_one_id_are_refused_as_one_engine_refuses_them(setup):
     twins[1].id = twins[0].id
     with pytest.raises(ValueError, match=rf"duplicate request id '{twins[0].id}'"):
         run_fleet(twins, lambda: new_engine(built.runner, built.scheduler), 2, make_router("pow2"))
+
+
+def test_a_prompt_the_engine_refuses_is_taken_back_from_the_routers_memory(setup):
+    # the Ray path takes a refused (400) job back from the router's memory; the sim kept it
+    # recorded, so the prompt's siblings followed it to a replica that cached none of it
+    built, requests = setup
+    bad = fresh_copy(requests[:1])[0]
+    bad.prompt = bad.prompt + (built.runner.model.vocab_size,)  # a token the model has not
+    router = make_router("prefix", RouterConfig(seed=1))
+    run = run_fleet([bad], lambda: new_engine(built.runner, built.scheduler), 2, router)
+    assert run.requests[0].status is RequestStatus.FAILED
+    assert len(router.memory) == 0

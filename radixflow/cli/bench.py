@@ -41,6 +41,7 @@ from radixflow.cli.bench_setup import (
     check_generated_context,
     load_trace,
     load_workload,
+    warn_unfit,
     workload_spec,
 )
 from radixflow.cli.command import StdoutUnwritable, UsageError
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ["radixflow", *getattr(args, "argv", [])], loaded_torch_threads()
     )  # torch loaded by now
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
+    warn_unfit(plan)
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
     if args.write_trace is not None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from radixflow.cli.bench_flags import WORKLOAD_FLAGS
 from radixflow.cli.command import UsageError
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.options import EnginePlan
+from radixflow.options.sim_choice import SimChoice
 from radixflow.options.sim_shape import model_context
 from radixflow.problems import flag
 from radixflow.scheduler.config import SchedulerConfig
@@ -103,3 +106,18 @@ def check_generated(args: argparse.Namespace, plan: EnginePlan) -> WorkloadSpec 
     if context is not None:
         check_generated_context(spec, plan.choice.label, context)
     return spec
+
+
+def warn_unfit(plan: EnginePlan) -> None:
+    """`radixflow cost`'s warning for a sim model that fits on no GPU count of its hardware: its
+    figures are of a machine that cannot hold it."""
+    choice = plan.choice
+    if not isinstance(choice, SimChoice):
+        return
+    model = round_cost_model(choice.spec, choice.hardware)
+    if not model.breakdown(()).fits:
+        print(
+            f"radixflow: warning: {choice.spec.name} does not fit even on {model.tp} GPUs of "
+            f"{choice.hardware.name}",
+            file=sys.stderr,
+        )

@@ -245,22 +245,34 @@ def test_a_checkpoints_config_file_given_for_its_directory_is_named_as_such(tmp_
     assert line.startswith(f"radixflow: error: {said}") and line.endswith(f"did you mean {tmp_path}?"), line
 
 
+HUGE = {  # a model that fits on no GPU count
+    "model_type": "qwen3",
+    "hidden_size": 16384,
+    "num_hidden_layers": 120,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 524288,  # 3T parameters: 6 TB of bf16 weights
+    "vocab_size": 151936,
+    "max_position_embeddings": 4096,
+}
+
+
 def test_json_says_a_model_that_fits_on_no_gpu_count_does_not_fit(tmp_path, capsys):
     # the text run warned "does not fit even on 64 GPUs"; --json printed its tp and times alone,
     # as for a model that fits
-    config = {
-        "model_type": "qwen3",
-        "hidden_size": 16384,
-        "num_hidden_layers": 120,
-        "num_attention_heads": 128,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "intermediate_size": 524288,  # 3T parameters: 6 TB of bf16 weights
-        "vocab_size": 151936,
-        "max_position_embeddings": 4096,
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text(json.dumps(HUGE))
     assert main(["cost", str(tmp_path), "--json"]) == 0
     out, err = capsys.readouterr()
     assert (json.loads(out)["tp"], json.loads(out)["fits"]) == (64, False)
     assert "does not fit even on 64 GPUs of h100" in err
+
+
+def test_bench_warns_of_a_model_that_fits_on_no_gpu_count_as_cost_does(tmp_path, capsys):
+    # `cost` warned "does not fit even on 64 GPUs"; `bench --runner sim` printed its figures for
+    # the same model and hardware without a word
+    (tmp_path / "config.json").write_text(json.dumps(HUGE))
+    small = ["--groups", "1", "--candidates", "1", "--context-len", "16", "--candidate-len", "4"]
+    assert main(["bench", "--runner", "sim", str(tmp_path), *small, "--policy", "native"]) == 0
+    err = capsys.readouterr().err
+    assert "radixflow: warning: " in err and "does not fit even on 64 GPUs of h100" in err, err

@@ -54,8 +54,10 @@ class SimChoice:
         return SimRunner(self.spec, self.hardware)
 
     def describe(self, runner: Runner) -> dict[str, object]:
-        tp = round_cost_model(self.spec, self.hardware).tp  # GPUs the shape is costed on
-        return {"hardware": asdict(self.hardware), "tensor_parallel": tp}
+        model = round_cost_model(self.spec, self.hardware)  # the GPUs the shape is costed on
+        # fits: false where not even that many hold it (`cost --json`'s "fits", bench's warning)
+        fits = model.breakdown(()).fits
+        return {"hardware": asdict(self.hardware), "tensor_parallel": model.tp, "fits": fits}
 
     @property
     def fixed_cost_ms(self) -> float | None:

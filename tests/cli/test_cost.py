@@ -273,6 +273,11 @@ def test_bench_warns_of_a_model_that_fits_on_no_gpu_count_as_cost_does(tmp_path,
     # the same model and hardware without a word
     (tmp_path / "config.json").write_text(json.dumps(HUGE))
     small = ["--groups", "1", "--candidates", "1", "--context-len", "16", "--candidate-len", "4"]
-    assert main(["bench", "--runner", "sim", str(tmp_path), *small, "--policy", "native"]) == 0
+    out = tmp_path / "out.json"
+    bench = ["bench", "--runner", "sim", str(tmp_path), *small, "--policy", "native", "--json", str(out)]
+    assert main(bench) == 0
     err = capsys.readouterr().err
     assert "radixflow: warning: " in err and "does not fit even on 64 GPUs of h100" in err, err
+    # and its --json says so beside the GPUs, as `cost --json` does
+    config = json.loads(out.read_text())["config"]
+    assert (config["tensor_parallel"], config["fits"]) == (64, False)

@@ -93,8 +93,10 @@ def run_fleet(
     kills: Sequence[ReplicaKill] = (),
 ) -> FleetRun:
     """Route and run ``requests`` (fresh, with arrival times) over ``replicas`` engines; a kill
-    of a replica already dead does nothing. ValueError for a kill naming no replica, or for two
-    requests under one id (`SubmitRefused`, as one engine refuses the second)."""
+    of a replica already dead does nothing. ValueError for fewer than one replica, a kill naming
+    no replica, or two requests under one id (`SubmitRefused`, as one engine refuses the second)."""
+    if replicas < 1:  # else every request failed as if the fleet's replicas had all died
+        raise ValueError(f"a fleet needs at least 1 replica, got {replicas}")
     for kill in kills:
         if not 0 <= kill.replica < replicas:
             raise ValueError(f"{kill} names no replica (there are {replicas} replicas, 0 to {replicas - 1})")

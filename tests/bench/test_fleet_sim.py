@@ -320,3 +320,10 @@ def test_a_prompt_the_engine_refuses_is_taken_back_from_the_routers_memory(setup
     run = run_fleet([bad], lambda: new_engine(built.runner, built.scheduler), 2, router)
     assert run.requests[0].status is RequestStatus.FAILED
     assert len(router.memory) == 0
+
+
+def test_a_fleet_of_no_replicas_is_refused_not_run_as_one_whose_replicas_all_died(setup):
+    # every request failed "no replica is left to serve it", as if a fleet had lost them all
+    built, requests = setup
+    with pytest.raises(ValueError, match="a fleet needs at least 1 replica, got 0"):
+        run_fleet(requests[:1], lambda: new_engine(built.runner, built.scheduler), 0, make_router("pow2"))

@@ -44,6 +44,8 @@ _register_lock = threading.Lock()
 # a thread waiting longer for another's import of the plugins says so, and waits on: a plugin
 # whose import waits for a thread that reads a registry (one it started) waits for ever
 SLOW_IMPORT_S = 10.0
+_POLL_S = 0.005  # how often a waiting thread looks whether the import waits for it instead
+_IMPORT_WAITS = ("_find_and_load", "_lock_unlock_module")  # Python's waits on a module's `name`
 
 
 def import_plugins() -> None:
@@ -80,19 +82,30 @@ def _wait_for_lock(named: str) -> bool:
     (Python's lock on the module), so this one is served what is registered so far, as the
     importing thread's plugins are. A thread that waits `SLOW_IMPORT_S` for another's import
     says so in one line (the first of them, once an import) and waits on: a slow import is no
-    error."""
+    error. False too where the importing thread waits for a module whose body this one runs."""
     global _told
     if _lock.acquire(blocking=False):
         return True
     if _running_import_of(named):
         return False
-    if _lock.acquire(timeout=SLOW_IMPORT_S):
-        return True
-    if not _told and _importing is not None:  # None: the import ended as this thread gave up
-        _told = True
-        _say_waited(_importer, _importing)
-    _lock.acquire()
+    start = time.monotonic()
+    while not _lock.acquire(timeout=_POLL_S):
+        if _importer_waits_on(_importing_here()):  # a plugin's helper imported here: for ever
+            return False
+        if not _told and _importing is not None and time.monotonic() - start >= SLOW_IMPORT_S:
+            _told = True
+            _say_waited(_importer, _importing)
     return True
+
+
+def _importer_waits_on(mine: set[str]) -> bool:
+    """Whether the plugins' importing thread waits for Python's import of one of ``mine``."""
+    frame = sys._current_frames().get(_importer_id) if _importing is not None else None  # noqa: SLF001
+    while frame is not None:
+        if frame.f_code.co_name in _IMPORT_WAITS and frame.f_locals.get("name") in mine:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _say_waited(thread: str, importing: str) -> None:

@@ -171,3 +171,54 @@ def test_two_threads_registering_one_name_at_once_refuse_the_second(monkeypatch)
     taken = "test entry 'same' is registered already (first): register yours under another name"
     assert said["second"] == taken
     assert dict(registry) == {"same": "first"}
+
+
+# a plugin importing a helper module of its own, whose body reads a registry
+HELPED_PLUGIN = """
+import slow_gate
+
+slow_gate.plugin_started.set()
+import plugin_helper
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+
+
+class Late(plugin_helper.Native):
+    name = "late"
+
+
+SCHEDULING_POLICIES.register("late", Late)
+"""
+PLUGIN_HELPER = """
+import slow_gate
+from radixflow.scheduler.policy import SCHEDULING_POLICIES, Native
+
+slow_gate.started.set()
+slow_gate.proceed.wait(timeout=30)  # a safety net for a broken test, never the synchronisation
+slow_gate.seen.append("native" in SCHEDULING_POLICIES)
+"""
+
+
+def test_a_helper_imported_by_a_thread_while_another_imports_the_plugin_needing_it_ends(
+    tmp_path, monkeypatch, capsys
+):
+    # the helper's read waited for the plugins' lock, whose holder waited for the helper (Python's
+    # lock on the module): both for ever, told after SLOW_IMPORT_S only
+    (tmp_path / "plugin_helper.py").write_text(PLUGIN_HELPER)
+    monkeypatch.delitem(sys.modules, "plugin_helper", raising=False)
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_S", 60.0)  # no line may settle it
+    more = {"plugin_started": threading.Event(), "seen": []}
+    with gated_plugin(tmp_path, monkeypatch, "helped_plugin", HELPED_PLUGIN, **more) as gate:
+        helper = threading.Thread(target=lambda: __import__("plugin_helper"), daemon=True)
+        helper.start()
+        assert gate.started.wait(timeout=30)
+        reader = threading.Thread(target=lambda: gate.seen.append("late" in SCHEDULING_POLICIES))
+        reader.daemon = True
+        reader.start()
+        assert gate.plugin_started.wait(timeout=30)  # the reader holds the plugins' lock
+        gate.proceed.set()
+        helper.join(timeout=30)
+        reader.join(timeout=30)
+        assert not helper.is_alive() and not reader.is_alive()
+        assert gate.seen == [True, True]
+        sys.modules.pop("plugin_helper", None)
+    assert "waited" not in capsys.readouterr().err

@@ -48,6 +48,8 @@ class LLM(ModelHolder):
     ``seed``, ...), checked as every other door checks them: a bad one raises `ProblemError` (a
     ValueError) naming it.
     ``torch_threads`` sets torch's one intra-op pool for the whole process, and is not restored.
+    Its idle threads spin unless ``OMP_WAIT_POLICY=passive`` is set before torch is imported (the
+    `radixflow` command sets it; an LLM leaves your environment alone): docs/usage.md, "OpenMP waits".
 
     `close` (or leaving a ``with LLM(...) as llm:`` block) lets go of the engine: the weights, the
     KV and state pools and the cache are freed once nothing else holds them, and a closed LLM

@@ -163,25 +163,34 @@ def _module_rows() -> list[tuple[list[str], str]]:
     return rows
 
 
+def _listed(module: str, rows: list[tuple[list[str], str]]) -> bool:
+    """Named in the table, or under its directory (``models/presets/*.py``, or
+    ``server/responses/`` with the module's own name in that row: `stem` or `stem.py`, not a
+    longer name that starts with it)."""
+    named = {path for _, row in rows for path in _SPAN.findall(row)}
+    parent, stem = f"{Path(module).parent}/", Path(module).stem
+    own_name = re.compile(rf"`{re.escape(stem)}(\.py)?`")
+    return (
+        module in named
+        or f"{parent}*.py" in named
+        or any(parent in paths and own_name.search(row) for paths, row in rows)
+    )
+
+
 def test_every_module_and_benchmark_is_in_the_architecture_table():
     rows = _module_rows()
-    named = {path for _, row in rows for path in _SPAN.findall(row)}
-
-    def listed(module: str) -> bool:
-        """Named in the table, or under its directory (``models/presets/*.py``, ``server/responses/``
-        with the module's name in that row)."""
-        parent, stem = f"{Path(module).parent}/", Path(module).stem
-        return (
-            module in named
-            or f"{parent}*.py" in named
-            or any(parent in paths and f"`{stem}" in row for paths, row in rows)
-        )
-
     package = ROOT / "radixflow"
     modules = [str(p.relative_to(package)) for p in package.rglob("*.py") if p.name != "__init__.py"]
     scripts = [str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*.py")]
     assert len(modules) > 100 and len(scripts) > 10
-    assert [m for m in [*modules, *scripts] if not listed(m)] == []
+    assert [m for m in [*modules, *scripts] if not _listed(m, rows)] == []
+
+
+def test_a_module_whose_name_only_starts_a_listed_one_is_not_listed():
+    rows = _module_rows()
+    assert _listed("server/responses/stream.py", rows)
+    assert not _listed("server/responses/stream_extra.py", rows)
+    assert not _listed("server/responses/chat.py", rows)
 
 
 def test_every_module_the_architecture_table_names_exists():

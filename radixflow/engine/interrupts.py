@@ -26,7 +26,7 @@ Handler = Callable[[int, FrameType | None], object]
 # where SIGINT is ignored: the Ctrl-C handler of the moment, which SIGINT itself never reaches
 _stand_in: Handler | None = None
 # `signal.signal`/`getsignal` wrap each handler in and out of an enum (a failed enum lookup per
-# callable): a held step calls them 5 times, ~7% of a long decode's CPU. The hold only ever sets
+# callable): a held step calls them 5 times (docs/policies.md, "Decode steps"). The hold only sets
 # Python callables on SIGINT, so it calls the C functions beneath them (same effect, ints back).
 _SIGINT = int(signal.SIGINT)
 _raw_signal, _raw_getsignal = _signal.signal, _signal.getsignal

@@ -44,8 +44,13 @@ MAX_REASON_CHARS = 30  # a reason's row label: the metric column never wraps, so
 
 
 def relative_change(base: object, new: object) -> str:
-    if not isinstance(base, int | float) or not isinstance(new, int | float) or base == 0 or math.isnan(base):
+    """``new`` against ``base`` as a signed percentage; from a base of 0, where none exists, what
+    came (``+2 from 0``: failures under one policy and none under the baseline); blank where
+    either is no number or both are 0."""
+    if not isinstance(base, int | float) or not isinstance(new, int | float) or math.isnan(base + new):
         return ""
+    if base == 0:
+        return "" if new == 0 else f"{new:+g} from 0"
     return signed_percent((new - base) / base)
 
 

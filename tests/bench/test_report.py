@@ -169,3 +169,14 @@ def test_a_change_that_rounds_to_nothing_reads_without_a_minus(base, new, shown)
     from radixflow.bench.report import relative_change
 
     assert relative_change(base, new) == shown
+
+
+@pytest.mark.parametrize(
+    ("base", "new", "shown"), [(0, 2, "+2 from 0"), (0, 0, ""), (0.0, 0.25, "+0.25 from 0")]
+)
+def test_a_change_from_nothing_shows_what_came(base, new, shown):
+    # no percentage exists from 0, and the cell was blank: requests failing under one policy and
+    # none under the baseline read as no change in the comparison columns
+    from radixflow.bench.report import relative_change
+
+    assert relative_change(base, new) == shown

@@ -22,7 +22,10 @@ from radixflow.server.submission import ClientGone
 
 def create_app(state: ServerState) -> FastAPI:
     """An app serving ``state``'s model; its engine loop starts and stops with the app."""
-    app = FastAPI(title="RadixFlow", lifespan=_lifespan(state))
+    # No 307 to the path without a trailing slash: a client that does not follow it got an empty
+    # answer, and behind a TLS proxy its Location is an http:// URL. OpenAI answers a 404 naming
+    # the path; ours names the route meant too (`errors.routing_message`).
+    app = FastAPI(title="RadixFlow", lifespan=_lifespan(state), redirect_slashes=False)
     app.state.radixflow = state
     lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
     app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)

@@ -195,11 +195,18 @@ def routing_message(request: Request, exc: HTTPException) -> str | None:
         return f"{asked}: this route takes {allowed_methods(request) or 'another method'}"
     if exc.status_code != 404:
         return None
-    under_v1 = f"/v1{request.url.path}"
-    scope = {**request.scope, "path": under_v1}
-    there = any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes)
-    hint = f"; did you mean {under_v1}?" if there else ""
+    path = request.url.path
+    # a slash too many (no redirect: `app.create_app`) or a base_url without /v1, or both
+    tried = (path.rstrip("/"), f"/v1{path}", f"/v1{path}".rstrip("/"))
+    there = next((p for p in tried if p and p != path and _routed(request, p)), None)
+    hint = f"; did you mean {there}?" if there else ""
     return f"no route {asked}{hint}"
+
+
+def _routed(request: Request, path: str) -> bool:
+    """Whether some route of ``request``'s app takes ``path`` (with any method)."""
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes)
 
 
 # the methods a 405's Allow may list: what any route here takes

@@ -417,6 +417,16 @@ def test_a_client_without_v1_in_its_base_url_is_told_where_the_routes_are(served
         ("GET", "/v1/completions", 405, "GET /v1/completions: this route takes POST"),
         ("POST", "/v1/models", 405, "POST /v1/models: this route takes GET, HEAD"),
         ("PUT", "/health", 405, "PUT /health: this route takes GET, HEAD"),
+        # a slash too many got FastAPI's bare 307 (a body-less redirect to an http:// URL behind
+        # a TLS proxy; curl without -L prints nothing): OpenAI answers 404 naming the path
+        ("POST", "/v1/completions/", 404, "no route POST /v1/completions/; did you mean /v1/completions?"),
+        ("GET", "/health/", 404, "no route GET /health/; did you mean /health?"),
+        (
+            "POST",
+            "/chat/completions/",
+            404,
+            "no route POST /chat/completions/; did you mean /v1/chat/completions?",
+        ),
     ],
 )
 def test_a_route_the_server_lacks_is_named_in_its_error(served, method, path, status, message):

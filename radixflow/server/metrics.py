@@ -6,6 +6,7 @@ do not mix their figures). The engine thread updates them; ``/metrics`` renders 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import deque
@@ -259,8 +260,35 @@ class ServerMetrics:
         """The figures and their content type, in the format ``accept`` (a scraper's Accept
         header) asks for: OpenMetrics where it lists it, Prometheus' text format otherwise."""
         self.update_throughput(time.monotonic())
-        encode, content_type = choose_encoder(accept or "")
+        encode, content_type = choose_encoder(_readable(accept or ""))
         return encode(self.registry), content_type
+
+
+_OPENMETRICS_VERSIONS = ("1.0.0", "2.0.0")
+
+
+def _readable(accept: str) -> str:
+    """``accept`` with each entry's version as `choose_encoder` takes it (see `_version`): the
+    OpenMetrics versions prometheus_client writes (2.0.0 is 1.0.0 but for native histograms)."""
+    return ",".join(_readable_entry(entry.split(";")) for entry in accept.split(","))
+
+
+def _readable_entry(parts: list[str]) -> str:
+    media, versions = parts[0], [p for p in parts[1:] if p.partition("=")[0].strip() == "version"]
+    version = _version(media.strip(), versions[0].partition("=")[2]) if versions else None
+    kept = [p for p in parts if p not in versions]
+    return ";".join([*kept, f"version={version}"] if version else kept)
+
+
+def _version(media: str, asked: str) -> str | None:
+    """``asked`` unquoted (HTTP allows ``"1.0.0"``); None unless dotted numbers (``1.x`` was a
+    TypeError: a 500); 1.0.0 for an OpenMetrics one past 1.0.0 not written here (9.9.9 was echoed)."""
+    if not re.fullmatch(r"\d+(\.\d+)*", version := asked.strip().strip('"')):
+        return None
+    past = tuple(map(int, version.split("."))) > (1, 0, 0)
+    if media == "application/openmetrics-text" and past and version not in _OPENMETRICS_VERSIONS:
+        return "1.0.0"
+    return version
 
 
 def _outcome(request: Request, error: int | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from radixflow.scheduler.request import RequestStatus
 from radixflow.server.metrics import REFUSED, REJECTIONS, ServerMetrics
 
@@ -51,3 +53,26 @@ def test_prompts_still_being_tokenized_have_a_gauge_of_their_own():
         assert gauge("radixflow_requests_tokenizing") == 0
     finally:
         state.close()
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"),
+    [
+        # a version no OpenMetrics has was echoed over a 1.0.0 body
+        ("application/openmetrics-text; version=9.9.9", "application/openmetrics-text; version=1.0.0"),
+        # a quoted version (HTTP allows one) or a malformed one: a 500 naming a TypeError
+        ('application/openmetrics-text; version="1.0.0"', "application/openmetrics-text; version=1.0.0"),
+        ("application/openmetrics-text; version=1.x", "application/openmetrics-text; version=1.0.0"),
+        ("text/plain; version=abc", "text/plain; version=0.0.4"),
+        # as before: what is asked where it is known, the text format where nothing else is
+        ("application/openmetrics-text; version=1.0.0", "application/openmetrics-text; version=1.0.0"),
+        ("application/openmetrics-text; version=0.0.1,text/plain;q=0.5", "text/plain; version=0.0.4"),
+        ("text/plain; version=1.0.0", "text/plain; version=1.0.0"),
+    ],
+)
+def test_metrics_answer_a_format_they_speak_whatever_version_is_asked(accept, content_type):
+    """The Content-Type claims a version of the format the body is in, and an Accept header the
+    client library cannot read gets a format rather than a 500."""
+    body, got = ServerMetrics().render(accept)
+    assert got.startswith(content_type + ";"), got
+    assert (body.rstrip().endswith(b"# EOF")) == ("openmetrics" in got), body[-40:]

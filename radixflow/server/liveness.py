@@ -26,7 +26,10 @@ STALL_FLOOR_S = 30.0
 STALL_ROUNDS = 20.0
 # Before any round has finished nothing tells this machine's speed: a real model's first
 # full-budget prefill on a CPU takes minutes, and a replica called stuck then would be replaced
-# before its first round ends, again and again. A first call that hangs is still caught.
+# before its first round ends, again and again. A first call that hangs is still caught. Until a
+# round of the whole token budget is timed, the next may be one: the largest timed, scaled up to
+# the budget (a round's time grows at most in proportion to its tokens: its fixed costs do not
+# grow), bounds it, no further than this (a 1-token round scaled 2048 times says little).
 STALL_FIRST_ROUND_S = 600.0
 
 
@@ -39,14 +42,18 @@ class Liveness:
         rounds: float = STALL_ROUNDS,
         first_round_s: float = STALL_FIRST_ROUND_S,
         clock: Callable[[], float] = time.monotonic,
+        budget_tokens: int | None = None,
     ) -> None:
+        """``budget_tokens``: the most tokens a round computes (None: no round is scaled up)."""
         self.floor_s, self.rounds, self.first_round_s, self._clock = floor_s, rounds, first_round_s, clock
+        self.budget_tokens = budget_tokens
         self._rounds_seen = False  # a round has finished (its time is evidence of the machine's speed)
         self._lock = threading.Lock()
         # the last round finished, or the moment work came to an idle loop (its wait starts then)
         self._since = clock()
         self._pending = 0
         self._longest = 0.0  # seconds: the longest round predicted (measured, where none was)
+        self._largest = (0, 0.0)  # the round of the most tokens (the longer of those): tokens, seconds
 
     def on_round(self, record: RoundRecord) -> None:
         """A round finished (one whose worker call failed too: the loop moved on)."""
@@ -61,6 +68,7 @@ class Liveness:
             if record.error is not None:  # rolled back, timed as 0 s: nothing of the machine's speed
                 return
             self._longest = max(self._longest, seconds)
+            self._largest = max(self._largest, (record.tokens, seconds))
             self._rounds_seen = True
 
     def on_pending(self, pending: int) -> None:
@@ -76,7 +84,11 @@ class Liveness:
         with self._lock:
             if not self._rounds_seen:
                 return max(self.floor_s, self.first_round_s)
-            return max(self.floor_s, self.rounds * self._longest)
+            tokens, seconds = self._largest
+            unseen = 0.0  # a round larger than any timed: as long as the largest, scaled up
+            if self.budget_tokens is not None and tokens < self.budget_tokens:
+                unseen = min(self.first_round_s, self.rounds * seconds * self.budget_tokens / max(tokens, 1))
+            return max(self.floor_s, self.rounds * self._longest, unseen)
 
     def stalled(self) -> str | None:
         """Why the loop looks stuck (work waits and no round finished within `bound_s`); None

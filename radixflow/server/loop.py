@@ -48,7 +48,7 @@ class EngineLoop:
     ) -> None:
         """``liveness``: when the loop says it is stuck (`stalled`); its documented bounds if None."""
         self.engine, self.metrics, self.max_pending = engine, metrics, max_pending
-        self.liveness = liveness or Liveness()
+        self.liveness = liveness or Liveness(budget_tokens=engine.scheduler.config.token_budget)
         self._cond = threading.Condition()
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
         # guarded by _cond: the engine thread took its last commands; a later one runs where given

@@ -16,8 +16,10 @@ class Clock:
         return self.now
 
 
-def round_of(predicted_s: float | None, worker_call_s: float = 0.01, learned: int = 50) -> RoundRecord:
-    record = RoundRecord(0, 0.0, worker_call_s, worker_call_s, 8, 1, 0, 0, "budget", ())
+def round_of(
+    predicted_s: float | None, worker_call_s: float = 0.01, learned: int = 50, tokens: int = 8
+) -> RoundRecord:
+    record = RoundRecord(0, 0.0, worker_call_s, worker_call_s, tokens, 1, 0, 0, "budget", ())
     return replace(record, predicted_s=predicted_s, predicted_from=learned)
 
 
@@ -106,3 +108,27 @@ def test_a_failed_round_moves_the_wait_on_but_tells_nothing_of_the_machines_spee
     assert live.stalled() is None
     clock.now += 2
     assert live.stalled() is not None
+
+
+def test_a_round_larger_than_any_timed_gets_time_in_proportion_to_its_tokens():
+    """A tiny first round (0.1 s) brought the bound down to the 30 s floor: a full-budget CPU
+    prefill after it, 40 s, was called stuck. Until a full round is timed, a round may be as large
+    as the budget: the largest one timed, scaled up to it (a round's time grows at most in
+    proportion to its tokens), no further than the bound before any round."""
+    clock = Clock()
+    live = Liveness(floor_s=30.0, rounds=20.0, first_round_s=600.0, budget_tokens=2048, clock=clock)
+    live.on_round(round_of(None, worker_call_s=0.1, tokens=16, learned=0))
+    assert live.bound_s == 20 * 0.1 * 2048 / 16
+    live.on_pending(1)
+    clock.now += 40
+    assert live.stalled() is None
+    live.on_round(round_of(2.0, tokens=2048))  # a full round timed: its own time is the evidence
+    assert live.bound_s == 40.0
+
+
+def test_scaling_a_tiny_round_up_to_the_budget_stops_at_the_bound_before_any_round():
+    live = Liveness(floor_s=30.0, rounds=20.0, first_round_s=600.0, budget_tokens=2048, clock=Clock())
+    live.on_round(round_of(None, worker_call_s=1.0, tokens=1, learned=0))  # 20 x 2048 s scaled
+    assert live.bound_s == 600.0
+    live.on_round(round_of(None, worker_call_s=40.0, tokens=1, learned=0))  # measured: more
+    assert live.bound_s == 800.0

@@ -542,6 +542,12 @@ def test_an_engine_stuck_in_a_worker_call_says_so_and_recovers(tokenizer):
         loop.join(10)
 
 
+def test_the_loop_s_own_liveness_scales_a_round_up_to_the_engine_s_token_budget():
+    # a tiny first round set the 30 s floor for a full-budget prefill after it (`Liveness`)
+    loop = EngineLoop(new_engine(SimRunner(SPEC, HARDWARE["h100"]), CFG), ServerMetrics(), 8)
+    assert loop.liveness.budget_tokens == CFG.token_budget == 64
+
+
 def test_a_stop_with_the_engine_stuck_in_a_round_answers_everyone_and_returns(tokenizer):
     # the engine thread never ended (a worker call that never returns), so a stop waited for it
     # forever: the drain's 503s were never sent and the server hung on Ctrl-C/SIGTERM

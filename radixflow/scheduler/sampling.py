@@ -105,7 +105,7 @@ class SamplingParams:
         # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
         # lists; store tuples (the object is frozen and hashable). Bad values stay for `problem`.
         # None is none, as vLLM's defaults and a JSON null say.
-        for name in ("logit_bias", "stop_token_ids"):
+        for name in ("logit_bias", "stop_token_ids", "bad_token_sequences"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, ())
         # numpy's numbers (a seed from its random, ids from an array) as the Python ones they are

@@ -115,3 +115,10 @@ def test_a_huge_value_is_refused_in_one_short_line(given, param):
 def test_max_tokens_out_of_range_or_no_integer_is_said_once(max_tokens, says):
     assert str(SamplingParams(max_tokens=max_tokens).problem()) == says
     assert SamplingParams(max_tokens=2**63 - 1).problem() is None
+
+
+@pytest.mark.parametrize("name", ["stop_token_ids", "logit_bias", "bad_token_sequences"])
+def test_none_for_a_list_field_is_an_empty_list(name):
+    # vLLM's defaults and a JSON null say "none" for each; bad_token_sequences alone refused it
+    params = SamplingParams(**{name: None})
+    assert getattr(params, name) == () and params.problem() is None

@@ -87,8 +87,8 @@ def type_problem(
 ) -> Problem | None:
     """Strict types: an int is not a float's stand-in, a bool is not an int, nothing is cast.
     ``choices``: a string option's names, which a number quoted is not told to become."""
-    if value is None:
-        return None if optional else Problem(name, "must be given, got nothing")
+    if value is None and optional:
+        return None  # an explicit None is refused below as any value of the wrong kind is
     if kind is Bytes:  # bytes, or a size's text (`in_bytes`)
         ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
         return None if ok else Problem(name, f"must be {EXAMPLES}, got {shown(value)}")

@@ -513,6 +513,9 @@ def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
     # it said "model: 'qwen3_5-2b' on the sim runner has no weights", of a model never named
     with pytest.raises(ProblemError, match=r"^model: must be given \(a zoo name, see `radixflow models`"):
         LLM(None)  # type: ignore[arg-type]
+    # it said "dtype: must be given, got nothing" of the None passed
+    with pytest.raises(ProblemError, match=r"^dtype: must be a string, got None$"):
+        LLM(MODEL, dtype=None)  # type: ignore[arg-type]
 
 
 def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_line_does(zoo):

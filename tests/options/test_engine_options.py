@@ -116,7 +116,10 @@ def test_cache_bookkeeping_beyond_available_memory_is_refused(monkeypatch):
         ("kv_blocks", 32.0, "must be an integer, got 32.0"),  # no silent cast of a float
         ("kv_blocks", "32", "must be an integer, got '32'"),
         ("kv_blocks", True, "must be an integer, got True"),  # a bool is not a count
-        ("token_budget", None, "must be given, got nothing"),
+        # None reads as any other value of the wrong kind does (the sampling door's "must be an
+        # integer, got None"): "must be given, got nothing" denied what the user passed
+        ("token_budget", None, "must be an integer, got None"),
+        ("dtype", None, "must be a string, got None"),
         ("fixed_cost_ms", "3", "must be a number, got '3'"),
         ("policy", 1, "must be a string, got 1"),  # it said "must be a str", Python's name
         ("cache_memory", True, "must be a size like 2GiB, 512MB, 300M or 1073741824 (bytes), got True"),

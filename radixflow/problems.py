@@ -9,6 +9,7 @@ A leaf module: it imports nothing from radixflow, so every layer may use it.
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import math
 import numbers
@@ -81,7 +82,8 @@ SHOWN_CHARS = 40  # a value quoted back longer than this is cut: the message sta
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``value`` as a message quotes it back (its repr), cut where it is long: a huge integer as
-    its first and last digits and how many it has, since Python gives none past 4300. Pure."""
+    its first and last digits and how many it has, since Python gives none past 4300; a date or
+    a time as ISO 8601 (and TOML) writes it. Pure."""
     if isinstance(value, int) and not isinstance(value, bool):
         digits = _digits(abs(value))
         if digits is None:
@@ -89,6 +91,8 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
         if len(digits) > limit:
             return f"{'-' if value < 0 else ''}{digits[:12]}...{digits[-4:]} ({len(digits)} digits)"
         return str(value)
+    if isinstance(value, datetime.date | datetime.time):  # a TOML date or time, as TOML writes it
+        return value.isoformat()  # (its repr, "datetime.datetime(1979, 5, 27, 7, 3...", was cut)
     text = _repr(value, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

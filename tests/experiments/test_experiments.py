@@ -397,6 +397,15 @@ def test_a_workload_value_of_the_wrong_type_says_the_type_in_words(tiny: Path, e
             "got {'b c' = \"x\\ny\", d = {}}",
         ),
         (("groups = 2", 'groups = "it\'s"'), 'groups: must be an integer, got "it\'s"'),
+        # a date or a time said "got datetime.date(2024, 1, 2)": Python's repr, no TOML
+        (("groups = 2", "groups = 2024-01-02"), "groups: must be an integer, got 2024-01-02"),
+        (("groups = 2", "groups = 07:32:00"), "groups: must be an integer, got 07:32:00"),
+        (("groups = 2", "groups = 1979-05-27T07:32:00Z"), "got 1979-05-27T07:32:00+00:00"),
+        (("groups = 2", "groups = 1979-05-27 07:32:00.5"), "got 1979-05-27T07:32:00.500000"),
+        (
+            ("token_budget = 256", "token_budget = [256, 2024-01-02]"),
+            "token_budget: must be an integer, got 2024-01-02",
+        ),
     ],
 )
 def test_a_toml_value_is_quoted_as_toml_spells_it(tiny: Path, edit, says):

@@ -83,8 +83,8 @@ class SamplingParams(TokenSamplingParams):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
 
-    def problem(self) -> Problem | None:
-        base = super().problem()
+    def _problem(self) -> Problem | None:
+        base = super()._problem()
         if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
             return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
         if base == NO_ALLOWED_TOKEN and self.bad_words:

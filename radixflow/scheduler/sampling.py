@@ -19,6 +19,7 @@ from radixflow.scheduler.sampling_checks import (
     SEED_WORDS,
     allowed_ok,
     alternatives_problem,
+    array_hinted,
     banned_alone,
     bias_problem,
     ids_ok,
@@ -128,6 +129,12 @@ class SamplingParams:
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
+        problem = self._problem()
+        return None if problem is None else array_hinted(problem, getattr(self, problem.param or "", None))
+
+    def _problem(self) -> Problem | None:
+        """`problem`, before an array given for a list is told how to make it one (a door's
+        subclass adds its own fields' checks here)."""
         return self._kind_problem() or self._range_problem()
 
     def _kind_problem(self) -> Problem | None:

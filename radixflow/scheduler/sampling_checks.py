@@ -126,6 +126,17 @@ def _as_lists(value: object) -> object:
     return [_as_lists(v) for v in value] if isinstance(value, tuple) else value
 
 
+def array_hinted(problem: Problem | None, value: object) -> Problem | None:
+    """``problem`` of a field holding ``value``, with a way out where the value is an array
+    (numpy's, torch's: what has ``.tolist()``), as a prompt given one is told: the checks take
+    lists, and quoted an array back with no word of how to make it one."""
+    if problem is None or isinstance(value, list | tuple | str):
+        return problem
+    if not callable(getattr(value, "tolist", None)):
+        return problem
+    return Problem(problem.param, f"{problem.message} (an array: pass .tolist())", problem.mentions)
+
+
 def plain_ids(ids: object) -> object:
     """A list or tuple of token ids with each `plain`; anything else as it is."""
     return tuple(plain(t) for t in ids) if isinstance(ids, list | tuple) else ids

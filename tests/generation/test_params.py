@@ -340,3 +340,24 @@ def test_a_stop_string_with_a_lone_surrogate_is_a_problem_as_a_bad_word_is(stop)
     assert problem is not None and problem.param == "stop"
     assert problem.message == f"item {i}: {unicode_problem(stop[i])}"
     assert "lone UTF-16 surrogate" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("field", "array"),
+    [
+        ("stop_token_ids", [1, 2]),
+        ("allowed_token_ids", [1, 2]),
+        ("token_choices", [[1, 2]]),
+        ("bad_token_sequences", [[1, 2]]),
+        ("stop", ["a", "b"]),
+        ("bad_words", ["x"]),
+        ("guided_choice", ["yes", "no"]),
+    ],
+)
+def test_an_array_for_a_list_field_is_refused_with_the_hint_a_prompt_gets(field, array):
+    # "stop: must be a string or a list of strings, got array(['a', 'b'], ...)" said no way out
+    np = pytest.importorskip("numpy")
+    problem = SamplingParams(**{field: np.array(array)}).problem()
+    assert problem is not None and problem.param == field, problem
+    assert problem.message.endswith(" (an array: pass .tolist())"), problem.message
+    assert SamplingParams(**{field: np.array(array).tolist()}).problem() is None

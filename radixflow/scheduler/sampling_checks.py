@@ -127,14 +127,19 @@ def _as_lists(value: object) -> object:
 
 
 def array_hinted(problem: Problem | None, value: object) -> Problem | None:
-    """``problem`` of a field holding ``value``, with a way out where the value is an array
-    (numpy's, torch's: what has ``.tolist()``), as a prompt given one is told: the checks take
-    lists, and quoted an array back with no word of how to make it one."""
-    if problem is None or isinstance(value, list | tuple | str):
-        return problem
-    if not callable(getattr(value, "tolist", None)):
+    """``problem`` of a field holding ``value``, with a way out where the value is an array, or a
+    list holding one (numpy's, torch's), as a prompt given one is told: the checks take lists,
+    and quoted an array back with no word of how to make it one."""
+    items = value if isinstance(value, list | tuple) else (value,)
+    if problem is None or not any(map(_is_array, items)):
         return problem
     return Problem(problem.param, f"{problem.message} (an array: pass .tolist())", problem.mentions)
+
+
+def _is_array(value: object) -> bool:
+    """An array of at least one dimension: a scalar's ``.tolist()`` is no list."""
+    ndim = getattr(value, "ndim", 0)
+    return isinstance(ndim, int) and ndim >= 1 and callable(getattr(value, "tolist", None))
 
 
 def plain_ids(ids: object) -> object:

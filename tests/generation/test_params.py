@@ -361,3 +361,12 @@ def test_an_array_for_a_list_field_is_refused_with_the_hint_a_prompt_gets(field,
     assert problem is not None and problem.param == field, problem
     assert problem.message.endswith(" (an array: pass .tolist())"), problem.message
     assert SamplingParams(**{field: np.array(array).tolist()}).problem() is None
+
+
+def test_an_array_inside_a_list_field_gets_the_hint_and_a_lone_number_none():
+    np = pytest.importorskip("numpy")
+    problem = SamplingParams(token_choices=[np.array([1, 2]), [3]]).problem()
+    assert problem is not None and problem.message.endswith(" (an array: pass .tolist())"), problem
+    # np.int64(5).tolist() is 5, still no list: no hint that would not help
+    problem = SamplingParams(stop_token_ids=np.int64(5)).problem()
+    assert problem is not None and "tolist" not in problem.message, problem

@@ -11,6 +11,8 @@ over ``--trials`` (3), with min-max, and the machine's load before and after (ma
 are shared).
 
     python benchmarks/decode_overhead.py --checkout /path/to/before --checkout .
+
+Figures also go to ``--json`` (results/decode_overhead.json).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from radixflow.bench.provenance import write_figures
 from radixflow.bench.spread import load_now, load_text, rotated
 from radixflow.cli.args import positive_int
 
@@ -73,13 +77,18 @@ def main() -> None:
     ap.add_argument("--workload", choices=("long", "many"), action="append")
     ap.add_argument("--trials", type=positive_int, default=3)
     ap.add_argument("--long-tokens", type=positive_int, default=16_000)
+    ap.add_argument("--json", type=Path, default=Path("results/decode_overhead.json"))
+    ap.add_argument("--smoke", action="store_true", help="CI: the long workload of 200 tokens, one trial")
     ap.add_argument("--child", choices=("long", "many"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.long_tokens)))
         return
+    if args.smoke:
+        args.workload, args.trials, args.long_tokens = ["long"], 1, 200
     checkouts, kinds = args.checkout or ["."], args.workload or ["long", "many"]
     start = load_now()
+    figures: dict[str, dict[str, list[dict[str, float]]]] = {}
     for kind in kinds:
         got: dict[str, list[dict[str, float]]] = {c: [] for c in checkouts}
         for trial in range(args.trials):
@@ -87,8 +96,10 @@ def main() -> None:
                 got[checkout].append(run_child(checkout, kind, args.long_tokens))
         for checkout, runs in got.items():
             print(f"{kind:5s} {checkout}: " + ", ".join(_spread(name, runs) for name in runs[0]))
-    end = load_text(load_now())
-    print(f"machine load (1-minute average): {load_text(start)} at the start, {end} at the end")
+        figures[kind] = got
+    end = load_now()
+    print(f"machine load (1-minute average): {load_text(start)} at the start, {load_text(end)} at the end")
+    write_figures(args.json, {"trials": figures, "load": {"start": start, "end": end}})
 
 
 def _spread(name: str, runs: list[dict[str, float]]) -> str:

@@ -112,6 +112,7 @@ def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> No
 # every script's count of repeats (or rounds), each a median's sample: 0 leaves none to take
 COUNTS = [
     ("choices.py", "--repeat"),
+    ("decode_overhead.py", "--trials"),
     ("decode_step.py", "--repeats"),
     ("delta_rule_chunks.py", "--repeats"),
     ("eviction_overhead.py", "--repeat"),

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from engine_utils import new_engine
 
-from radixflow.cache.eviction import EVICTION_POLICIES, LRU, EntrySizes, make_eviction_policy
+from radixflow.cache.eviction import EVICTION_POLICIES, LRU, EntrySizes
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cli.app import main
 from radixflow.problems import ProblemError
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner

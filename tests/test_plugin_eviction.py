@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from radixflow.cache.evictable import Evictor
-from radixflow.cache.eviction import CheckedEviction, EntryKind
+from radixflow.cache.eviction import EntryKind
+from radixflow.cache.eviction_checked import CheckedEviction
 from radixflow.cache.node import Node
 from radixflow.cache.pool import IdPool
 from radixflow.cache.tree import Tree

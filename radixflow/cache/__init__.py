@@ -1,6 +1,7 @@
 """Radix cache: KV blocks and recurrent-state checkpoints in one exact-prefix tree (no torch)."""
 
-from radixflow.cache.eviction import EVICTION_POLICIES, EvictionPolicy, make_eviction_policy
+from radixflow.cache.eviction import EVICTION_POLICIES, EvictionPolicy
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.integrity import IntegrityError
 from radixflow.cache.pool import OutOfCapacity
 from radixflow.cache.radix import RadixCache

@@ -17,7 +17,8 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 
-from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority, lowered_key
+from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority
+from radixflow.cache.eviction_checked import lowered_key
 from radixflow.cache.ledger import ByteLedger
 from radixflow.cache.node import Node
 from radixflow.cache.tree import Tree

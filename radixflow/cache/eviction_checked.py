@@ -1,17 +1,44 @@
-"""The check on an eviction policy from outside the package: its keys and clock must be numbers a
-heap can order, the clock never running back (docs/extending.md)."""
+"""Eviction policies as the cache takes them: built by name (`make_eviction_policy`), one from
+outside the package checked (`CheckedEviction`: keys and clock must be numbers a heap can order,
+the clock never running back; docs/extending.md), and what a queue does with a key that dropped
+(`lowered_key`)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Real
-from typing import TYPE_CHECKING
 
-from radixflow.problems import Problem, ProblemError, shown
+from radixflow.cache.eviction import EVICTION_POLICIES, EntryKind, EntrySizes, EvictionPolicy, Priority
+from radixflow.cache.node import Node
+from radixflow.plugins import from_outside
+from radixflow.problems import Problem, ProblemError, built, shown
 
-if TYPE_CHECKING:
-    from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority
-    from radixflow.cache.node import Node
+
+def lowered_key(policy: EvictionPolicy, kind: EntryKind) -> Callable[[Node, Priority, Priority], None] | None:
+    """What the queue of ``kind`` calls on an entry met above its node's priority (a pop may have
+    passed over the true victim): a key that dropped with no requeue; None for a built-in coupled one."""
+    called = f"{policy.name!r} ({type(getattr(policy, 'inner', policy)).__qualname__})"  # checked or not
+    how = "but where the cache requeues them" if policy.coupled else "(coupled = True: the cache requeues)"
+    how = f"keys only grow {how}"
+
+    def refuse(node: Node, key: Priority, current: Priority) -> None:
+        said = f"{called} priority of node {node.id}'s {kind.value} entry dropped from {shown(key)}"
+        raise ProblemError(Problem("eviction", f"{said} to {shown(current)} while queued: {how}"))
+
+    return None if policy.coupled and not isinstance(policy, CheckedEviction) else refuse
+
+
+def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> EvictionPolicy:
+    """A fresh policy (its clock at zero) over entries of ``sizes`` (None: every byte alike)."""
+    try:
+        factory = EVICTION_POLICIES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown eviction policy {name!r} (known: {', '.join(EVICTION_POLICIES)})"
+        ) from None
+    made: EvictionPolicy = built("eviction", name, factory, EvictionPolicy, (sizes,), takes="factory(sizes)")
+    return CheckedEviction(name, made) if from_outside(type(made)) else made
 
 
 class CheckedEviction:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from radixflow.cache.eviction import EntrySizes, make_eviction_policy
+from radixflow.cache.eviction import EntrySizes
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.runner import ModelInfo

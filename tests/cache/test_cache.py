@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from radixflow.cache import EVICTION_POLICIES, RadixCache, Readiness
-from radixflow.cache.eviction import EntrySizes, make_eviction_policy
+from radixflow.cache.eviction import EntrySizes
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.integrity import IntegrityError
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.node import Node

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from radixflow.cache import EVICTION_POLICIES, RadixCache
 from radixflow.cache.digest import chain_hashes
 from radixflow.cache.evictable import EvictionQueue, checkpoint_evictable, kv_evictable
-from radixflow.cache.eviction import EntrySizes, make_eviction_policy
+from radixflow.cache.eviction import EntrySizes
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.node import Node
 from radixflow.cache.types import NodeHandle, Readiness

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from radixflow.cache import OutOfCapacity, RadixCache
-from radixflow.cache.eviction import EntrySizes, make_eviction_policy
+from radixflow.cache.eviction import EntrySizes
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.types import NodeHandle
 

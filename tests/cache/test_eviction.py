@@ -16,8 +16,8 @@ from radixflow.cache.eviction import (
     EntryKind,
     EntrySizes,
     evidenced,
-    make_eviction_policy,
 )
+from radixflow.cache.eviction_checked import make_eviction_policy
 from radixflow.cache.node import Node
 
 BS = 8

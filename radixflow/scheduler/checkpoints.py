@@ -57,7 +57,8 @@ class CheckpointPlanner:
             # short of slots: a save where a checkpoint is cached already takes none (`extend`
             # keeps that one), so it must not count, nor evict another (a copy resuming below the
             # end of a block-aligned prompt recomputes up to the end checkpoint cached for it)
-            wanted = [p for p in wanted if p not in self._cached(req.namespace, req.prompt, wanted)]
+            cached = self._cached(req.namespace, req.prompt, wanted)
+            wanted = [p for p in wanted if p not in cached]
         if not wanted or self.cache.free_slots >= len(wanted) + held:
             return wanted
         resumed = req.reused if req.computed else start  # a first chunk starts where it resumed

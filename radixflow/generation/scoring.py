@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import Messages, Prompt, PromptReader, is_conversation
-from radixflow.problems import Problem, shown
+from radixflow.problems import Problem, plain, shown
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling_checks import plain
 
 SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logprobs, nothing generated
 

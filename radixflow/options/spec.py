@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 
 from radixflow.options.numerals import Written
 from radixflow.options.sizes import EXAMPLES, MAX_MEMORY, Bytes, parse_size, read_size, show_size
-from radixflow.problems import Problem, ProblemError, number_problem, shown
-from radixflow.scheduler.sampling_checks import plain
+from radixflow.problems import Problem, ProblemError, number_problem, plain, shown
 
 T = TypeVar("T")
 
